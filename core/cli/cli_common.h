@@ -1,0 +1,34 @@
+/* Option parsing shared by the subcommands that open a model. */
+#ifndef LOOM_CLI_COMMON_H
+#define LOOM_CLI_COMMON_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <loom/engine.h>
+
+#define LOOM_CLI_MAX_PLUGIN_DIRS 16
+
+/* The options every model-opening command takes. */
+typedef struct loom_cli_model_opts {
+    const char *plugin_dirs[LOOM_CLI_MAX_PLUGIN_DIRS];
+    int n_plugin_dirs;
+    const char *family;
+    int device;
+    int n_threads;
+    int64_t ctx;
+} loom_cli_model_opts;
+
+/* Consumes argv[*i] (and its value) when it is one of --plugin-path DIR,
+ * --family NAME, --device cpu|cuda|auto, --threads N, --ctx N. Returns 1 when
+ * consumed, 0 when not one of these, -1 on a bad value (message printed). */
+int loom_cli_model_opt(loom_cli_model_opts *o, int argc, char **argv, int *i);
+/* Prints the help lines for those options. */
+void loom_cli_model_opts_help(FILE *out);
+/* Fills engine params from the options. */
+void loom_cli_engine_params(const loom_cli_model_opts *o, const char *model,
+                            loom_engine_params *p);
+/* Parses "1,2,3" into a malloc'd array. Returns 0 on success. */
+int loom_cli_parse_ids(const char *s, int32_t **ids, int32_t *n);
+
+#endif

@@ -1,0 +1,148 @@
+/* `loom inspect MODEL`: the plugin chosen for a checkpoint and the geometry
+ * it parsed from config.json (and, with --tensors, every tensor). */
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli_common.h"
+#include "commands.h"
+
+static void help(FILE *out)
+{
+    fprintf(out,
+            "usage: loom inspect MODEL [--json] [--tensors] [--family NAME] "
+            "[--plugin-path DIR]...\n\n"
+            "MODEL is a checkpoint directory or an org/name id in the local "
+            "Hugging Face\nhub cache. Prints the plugin that claims it and the "
+            "geometry that plugin parsed.\n\n"
+            "  --json              one JSON object for machines\n"
+            "  --tensors           also list every tensor (dtype, shape, "
+            "bytes) and the total\n"
+            "  --family NAME       force a family (or drafter) plugin by name\n"
+            "  --plugin-path DIR   search DIR for plugins first (repeatable)\n");
+}
+
+static void LOOM_ABI f_i64(void *ctx, const char *k, int64_t v)
+{
+    json_object_set_new(ctx, k, json_integer(v));
+}
+
+static void LOOM_ABI f_f64(void *ctx, const char *k, double v)
+{
+    json_object_set_new(ctx, k, json_real(v));
+}
+
+static void LOOM_ABI f_str(void *ctx, const char *k, const char *v)
+{
+    json_object_set_new(ctx, k, json_string(v ? v : ""));
+}
+
+int loom_cmd_inspect(int argc, char **argv)
+{
+    loom_cli_model_opts o;
+    memset(&o, 0, sizeof o);
+    int json = 0, tensors = 0;
+    const char *model = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            help(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--json")) {
+            json = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--tensors")) {
+            tensors = 1;
+            continue;
+        }
+        int r = loom_cli_model_opt(&o, argc, argv, &i);
+        if (r < 0)
+            return 2;
+        if (r == 1)
+            continue;
+        if (argv[i][0] == '-' || model) {
+            fprintf(stderr, "loom inspect: unexpected argument '%s'\n",
+                    argv[i]);
+            help(stderr);
+            return 2;
+        }
+        model = argv[i];
+    }
+    if (!model) {
+        help(stderr);
+        return 2;
+    }
+
+    loom_host_state hs;
+    loom_host_init(&hs, NULL);
+    loom_registry *reg = NULL;
+    loom_checkpoint *ckpt = NULL;
+    json_t *geo = json_object();
+    loom_err err;
+    int rc = 1;
+    if (loom_registry_load(o.plugin_dirs, o.n_plugin_dirs, &hs.host, &reg,
+                           &err) != LOOM_OK ||
+        loom_checkpoint_open(model, &ckpt, &err) != LOOM_OK)
+        goto fail;
+    int drafter = loom_checkpoint_is_drafter(ckpt);
+    const loom_plugin_ref *ref = NULL;
+    if (loom_registry_select(reg, ckpt,
+                             drafter ? LOOM_PLUGIN_DRAFTER : LOOM_PLUGIN_FAMILY,
+                             o.family, &ref, &err) != LOOM_OK)
+        goto fail;
+    loom_fields fields = {geo, f_i64, f_f64, f_str};
+    loom_status st;
+    if (drafter) {
+        const loom_drafter_i *d = ref->plugin->get_interface(LOOM_DRAFTER_ID);
+        st = d->geometry(&hs.host, ckpt, &fields, &err);
+    } else {
+        const loom_family_i *f = ref->plugin->get_interface(LOOM_FAMILY_ID);
+        st = f->geometry(&hs.host, ckpt, &fields, &err);
+    }
+    if (st != LOOM_OK) {
+        loom_err_prefix(&err, "%s", ref->plugin->name);
+        goto fail;
+    }
+    int32_t score = ref->plugin->probe(&hs.host, ckpt);
+    if (json) {
+        json_t *root = json_pack(
+            "{s:s, s:s, s:s, s:s, s:s, s:i, s:O}", "checkpoint",
+            loom_checkpoint_dir(ckpt), "plugin", ref->plugin->name, "kind",
+            drafter ? "drafter" : "family", "version",
+            ref->plugin->version ? ref->plugin->version : "", "path",
+            ref->path, "score", (int)score, "geometry", geo);
+        char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        printf("%s\n", s);
+        free(s);
+        json_decref(root);
+    } else {
+        printf("checkpoint  %s\nplugin      %s %s (%s, score %d)\npath        "
+               "%s\ngeometry:\n",
+               loom_checkpoint_dir(ckpt), ref->plugin->name,
+               ref->plugin->version ? ref->plugin->version : "",
+               drafter ? "drafter" : "family", (int)score, ref->path);
+        const char *k;
+        json_t *v;
+        json_object_foreach(geo, k, v)
+        {
+            char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(10));
+            printf("  %-28s %s\n", k, s ? s : "?");
+            free(s);
+        }
+    }
+    rc = 0;
+    if (tensors) {
+        fflush(stdout);
+        rc = loom_cli_print_tensors(model, json);
+    }
+    goto done;
+fail:
+    fprintf(stderr, "loom inspect: %s\n", err.msg);
+done:
+    json_decref(geo);
+    loom_checkpoint_close(ckpt);
+    loom_registry_free(reg);
+    return rc;
+}

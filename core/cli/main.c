@@ -1,0 +1,89 @@
+/* The loom command line: dispatches `loom CMD ...` to its subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+typedef int (*cmd_fn)(int argc, char **argv);
+
+struct command {
+    const char *name;
+    cmd_fn fn;
+    const char *summary;
+};
+
+/* Commands still being built elsewhere link weakly so the tree builds while
+ * they are written; a missing one says so instead of running. */
+#if defined(__GNUC__)
+#define WEAK __attribute__((weak))
+#else
+#define WEAK
+#endif
+WEAK int loom_cmd_tokenize(int argc, char **argv);
+WEAK int loom_cmd_detokenize(int argc, char **argv);
+WEAK int loom_cmd_chat_format(int argc, char **argv);
+WEAK int loom_cmd_logits(int argc, char **argv);
+WEAK int loom_cmd_run(int argc, char **argv);
+WEAK int loom_cmd_bench(int argc, char **argv);
+WEAK int loom_cmd_bench_tokenizer(int argc, char **argv);
+WEAK int loom_cmd_serve(int argc, char **argv);
+
+static const struct command commands[] = {
+    {"plugins", loom_cmd_plugins, "list the plugins found and those refused"},
+    {"inspect", loom_cmd_inspect,
+     "show the plugin chosen for a checkpoint and its geometry"},
+    {"tokenize", loom_cmd_tokenize, "print the token ids of a text"},
+    {"detokenize", loom_cmd_detokenize, "print the text of token ids"},
+    {"chat-format", loom_cmd_chat_format,
+     "render messages with the checkpoint's chat template"},
+    {"logits", loom_cmd_logits, "write the logits of one forward to a file"},
+    {"run", loom_cmd_run, "generate text or ids"},
+    {"bench", loom_cmd_bench, "measure prefill and decode speed"},
+    {"bench-tokenizer", loom_cmd_bench_tokenizer, "measure encoding speed"},
+    {"serve", loom_cmd_serve, "OpenAI-compatible HTTP server"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "loom %s: an LLM inference engine\n\n"
+                 "usage: loom COMMAND [options]\n\ncommands:\n",
+            LOOM_VERSION);
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (commands[i].fn)
+            fprintf(out, "  %-16s %s\n", commands[i].name,
+                    commands[i].summary);
+    fprintf(out, "\n`loom COMMAND --help` describes a command's options.\n"
+                 "Plugins are searched in --plugin-path DIR, $LOOM_PLUGIN_PATH, "
+                 "the plugins/ directory beside the executable, then the "
+                 "install directory.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("loom %s (plugin ABI %d.%d)\n", LOOM_VERSION, LOOM_ABI_MAJOR,
+               LOOM_ABI_MINOR);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+        if (strcmp(argv[1], commands[i].name) != 0)
+            continue;
+        if (!commands[i].fn) {
+            fprintf(stderr, "loom: '%s' is not built into this loom\n",
+                    argv[1]);
+            return 2;
+        }
+        return commands[i].fn(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "loom: unknown command '%s' (see loom --help)\n", argv[1]);
+    return 2;
+}

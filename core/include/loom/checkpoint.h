@@ -1,0 +1,32 @@
+/* A checkpoint directory: its config files (parsed with Jansson) and, once
+ * loaded, its tensors. This is what plugins see as `loom_checkpoint`. */
+#ifndef LOOM_CHECKPOINT_H
+#define LOOM_CHECKPOINT_H
+
+#include <jansson.h>
+#include <loom/status.h>
+
+/* Resolves MODEL (a directory, or an `org/name` id in the local Hugging Face
+ * hub cache) to a directory path. */
+loom_status loom_model_resolve(const char *model, char *dir, size_t size,
+                               loom_err *err);
+
+/* Opens config.json (required), generation_config.json and
+ * tokenizer_config.json (optional). Tensors are not mapped yet. */
+loom_status loom_checkpoint_open(const char *model, loom_checkpoint **out,
+                                 loom_err *err);
+/* Maps and validates the tensors. Idempotent. */
+loom_status loom_checkpoint_load_tensors(loom_checkpoint *ckpt, loom_err *err);
+void loom_checkpoint_close(loom_checkpoint *ckpt);
+
+const char *loom_checkpoint_dir(const loom_checkpoint *ckpt);
+json_t *loom_checkpoint_config(const loom_checkpoint *ckpt);
+json_t *loom_checkpoint_text_config(const loom_checkpoint *ckpt);
+json_t *loom_checkpoint_generation_config(const loom_checkpoint *ckpt);
+/* NULL until loom_checkpoint_load_tensors succeeded. */
+const struct loom_st *loom_checkpoint_tensors(const loom_checkpoint *ckpt);
+
+/* Parses a JSON file; errors name the file, line and column. */
+loom_status loom_json_load_file(const char *path, json_t **out, loom_err *err);
+
+#endif

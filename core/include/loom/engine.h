@@ -1,0 +1,37 @@
+/* An opened model: checkpoint + the family plugin chosen for it + its loaded
+ * weights, with the host table and thread pool they use. What the CLI, the
+ * lane and the server hold. */
+#ifndef LOOM_ENGINE_H
+#define LOOM_ENGINE_H
+
+#include <loom/checkpoint.h>
+#include <loom/host.h>
+#include <loom/registry.h>
+
+typedef struct loom_engine_params {
+    const char *model;               /* directory or hub id */
+    const char *family;              /* force a family by name, or NULL */
+    const char *const *plugin_dirs;  /* --plugin-path, searched first */
+    int n_plugin_dirs;
+    int device;                      /* loom_device_kind */
+    int n_threads;                   /* <= 0: one per CPU */
+    int64_t max_context;             /* 0: the model's */
+    int32_t max_rows;                /* 0: 512 */
+} loom_engine_params;
+
+typedef struct loom_engine {
+    loom_pool *pool;
+    loom_host_state hs;
+    loom_registry *registry;
+    loom_checkpoint *ckpt;
+    const loom_plugin_ref *plugin;
+    const loom_family_i *family;
+    loom_model *model;
+    loom_model_info info;
+} loom_engine;
+
+loom_status loom_engine_open(const loom_engine_params *params,
+                             loom_engine **out, loom_err *err);
+void loom_engine_close(loom_engine *engine);
+
+#endif

@@ -1,0 +1,157 @@
+/* The lane: turns many independent streams into few forward rounds over one
+ * engine. Streams are added and cancelled from any thread; one thread (the
+ * lane thread, or the caller of loom_lane_step) builds each round, runs the
+ * family's forward once, samples and delivers tokens to the streams'
+ * callbacks. */
+#ifndef LOOM_LANE_H
+#define LOOM_LANE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <loom/engine.h>
+#include <loom/sample.h>
+
+/* The tokenizer (core/include/loom/tokenizer.h); a lane without one
+ * delivers token ids only. */
+typedef struct loom_tokenizer loom_tokenizer;
+
+typedef struct loom_lane loom_lane;
+
+/* Why a stream ended. */
+typedef enum loom_finish {
+    LOOM_FINISH_NONE = 0,  /* still running: not a final event */
+    LOOM_FINISH_STOP,      /* an eos id or a stop string */
+    LOOM_FINISH_LENGTH,    /* max_tokens reached */
+    LOOM_FINISH_CONTEXT,   /* prompt + generated reached the context size */
+    LOOM_FINISH_CANCELLED, /* loom_lane_cancel, the callback, or lane freed */
+    LOOM_FINISH_ERROR      /* the forward failed; see event.error */
+} loom_finish;
+
+/* "stop", "length", "context", "cancelled", "error" ("" for NONE). */
+const char *loom_finish_name(loom_finish f);
+
+/* One delivery to a stream. Every pointer is valid only during the
+ * callback. Each sampled token gives one event (token >= 0); the last event
+ * of a stream has finish != NONE (it may carry the last token, or token -1
+ * when it carries none: cancelled, error). Exactly one final event per
+ * stream, after which the callback is never called for it again. */
+typedef struct loom_lane_event {
+    uint64_t stream; /* the id loom_lane_add gave */
+    int32_t token;   /* -1: no token in this event */
+    /* Decoded text this event releases (NUL-terminated; may be empty). Text
+     * that could still become a stop string is held back, a stop string and
+     * what follows it are never delivered, and the final event flushes what
+     * was held. NULL when the lane has no tokenizer. */
+    const char *text;
+    size_t text_len;
+    /* Logprobs of the token (n_logprobs >= 0 in the request), else 0. */
+    float logprob;
+    int32_t n_top;
+    const loom_token_logprob *top;
+
+    loom_finish finish;
+    const char *error; /* LOOM_FINISH_ERROR: the cause; else NULL */
+
+    uint64_t seed;       /* the sampling seed in use (reported back) */
+    int32_t n_prompt;    /* prompt tokens */
+    int32_t n_generated; /* tokens sampled so far, this one included */
+    double ttft_s;       /* add -> first token; 0 before it */
+    double elapsed_s;    /* add -> this event */
+} loom_lane_event;
+
+/* Called on the lane thread, without the lane's lock held (it may call
+ * loom_lane_add / loom_lane_cancel). Nonzero cancels the stream: it gets no
+ * more tokens, only its final CANCELLED event at the next round. */
+typedef int (*loom_lane_cb)(void *user, const loom_lane_event *ev);
+
+typedef struct loom_stream_params {
+    const int32_t *prompt; /* copied; at least one token */
+    int32_t n_prompt;
+    loom_sample_params sample; /* copied, bias included */
+    int32_t max_tokens;        /* <= 0: until eos or the context is full */
+    const char *const *stop;   /* stop strings, copied; may be NULL */
+    int32_t n_stop;
+    int32_t ignore_eos; /* nonzero: eos ids do not stop the stream */
+    loom_lane_cb cb;
+    void *user;
+} loom_stream_params;
+
+/* Maps token id -> its bytes for lanes without a tokenizer (tests, tools):
+ * writes at most cap bytes, returns the full length. Used only when
+ * `tokenizer` is NULL. */
+typedef size_t (*loom_lane_piece_fn)(void *ctx, int32_t token, char *buf,
+                                     size_t cap);
+
+typedef struct loom_lane_params {
+    loom_engine *engine; /* not owned; must outlive the lane */
+    const loom_tokenizer *tokenizer; /* not owned; NULL: ids only */
+    loom_lane_piece_fn piece;        /* text without a tokenizer; or NULL */
+    void *piece_ctx;
+    /* Most streams holding a cache at once; more wait in the queue. 0: the
+     * smaller of 64 and half the engine's max_rows. */
+    int32_t max_streams;
+    /* Most streams waiting; loom_lane_add answers LOOM_ERR_FULL beyond
+     * it. 0: 4096. */
+    int32_t max_queued;
+    /* Rows per round (decode rows first, then prompt chunks). 0: the
+     * engine's max_rows. */
+    int32_t round_tokens;
+    /* Most prompt rows one stream feeds per round. 0: round_tokens. */
+    int32_t prefill_chunk;
+    /* The context size streams are held to. 0: the engine's. */
+    int64_t max_context;
+} loom_lane_params;
+
+loom_status loom_lane_new(const loom_lane_params *params, loom_lane **out,
+                          loom_err *err);
+/* Stops the thread, ends every remaining stream with a CANCELLED final
+ * event (callbacks called on the caller's thread) and frees the caches.
+ * NULL is accepted. */
+void loom_lane_free(loom_lane *lane);
+
+/* Adds a stream [any-thread]. It starts at a later round. The id is never
+ * reused by this lane. Refuses (LOOM_ERR_INVALID / LOOM_ERR_RANGE with a
+ * message) an empty prompt, a token out of the vocabulary, a prompt that
+ * fills the context, bad sampling parameters; LOOM_ERR_FULL when the queue
+ * is full; LOOM_ERR_STATE while the lane is being freed. */
+loom_status loom_lane_add(loom_lane *lane, const loom_stream_params *params,
+                          uint64_t *id, loom_err *err);
+/* Cancels a stream [any-thread]: at the next round it gets its final
+ * CANCELLED event and its cache goes back to the pool. An unknown or
+ * finished id is ignored. */
+void loom_lane_cancel(loom_lane *lane, uint64_t id);
+
+/* Runs rounds on a thread of the lane until loom_lane_stop [any-thread]. */
+loom_status loom_lane_start(loom_lane *lane, loom_err *err);
+/* Stops and joins the lane thread after its current round; streams stay
+ * and resume on the next start or step. */
+void loom_lane_stop(loom_lane *lane);
+
+/* One round on the caller's thread (tests, the CLI). *n_rows (may be NULL)
+ * gets the rows forwarded, 0 when there was nothing to do. LOOM_ERR_STATE
+ * while the lane thread runs. A failed forward ends the round's streams
+ * with ERROR events and is returned here as well. */
+loom_status loom_lane_step(loom_lane *lane, int32_t *n_rows, loom_err *err);
+/* Streams not yet finished (active + queued) [any-thread]. */
+int32_t loom_lane_pending(loom_lane *lane);
+
+/* Counters for /metrics and --stats [any-thread]. */
+typedef struct loom_lane_stats {
+    int32_t active;  /* streams holding a cache */
+    int32_t queued;  /* streams waiting for one */
+    int32_t pool_total; /* caches made */
+    int32_t pool_free;  /* caches idle in the pool */
+    uint64_t streams_added, streams_finished;
+    uint64_t rounds;
+    uint64_t prompt_tokens;    /* prompt rows forwarded */
+    uint64_t generated_tokens; /* tokens sampled */
+    double forward_s;          /* time inside forward */
+    double prefill_tok_s;      /* over the last few seconds of rounds */
+    double decode_tok_s;
+    double ttft_last_s, ttft_avg_s; /* over finished first tokens */
+} loom_lane_stats;
+
+void loom_lane_get_stats(loom_lane *lane, loom_lane_stats *out);
+
+#endif

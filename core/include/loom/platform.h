@@ -1,0 +1,119 @@
+/* The operating system behind one thin layer: only src/platform/ calls the OS
+ * for shared objects, file mapping, threads, clocks, paths and environment. */
+#ifndef LOOM_PLATFORM_H
+#define LOOM_PLATFORM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <loom/status.h>
+
+/* ---- shared objects */
+typedef struct loom_dl loom_dl;
+/* RTLD_NOW | RTLD_LOCAL; on failure the loader's text goes into err. */
+loom_status loom_dl_open(const char *path, loom_dl **out, loom_err *err);
+void *loom_dl_sym(loom_dl *dl, const char *name);
+void loom_dl_close(loom_dl *dl);
+/* The platform's shared-object suffix: ".so", ".dll", ".dylib". */
+const char *loom_dl_suffix(void);
+
+/* ---- files */
+typedef struct loom_map {
+    const uint8_t *data;
+    uint64_t size;
+    void *impl; /* platform handle */
+} loom_map;
+/* Maps a whole file read-only. An empty file maps to data == NULL, size 0. */
+loom_status loom_map_file(const char *path, loom_map *map, loom_err *err);
+void loom_unmap(loom_map *map);
+
+/* Reads a whole file into a NUL-terminated malloc'd buffer. */
+loom_status loom_read_file(const char *path, char **data, size_t *size,
+                           loom_err *err);
+int loom_file_exists(const char *path);
+int loom_dir_exists(const char *path);
+/* 1 if the file can be read by its group or others (POSIX mode bits). */
+int loom_file_is_shared(const char *path);
+/* Calls fn for each entry name (not "." or "..") of a directory, sorted. */
+loom_status loom_dir_list(const char *dir,
+                          void (*fn)(void *ctx, const char *name), void *ctx,
+                          loom_err *err);
+/* Directory of the running executable (no trailing separator). */
+loom_status loom_exe_dir(char *buf, size_t size, loom_err *err);
+/* The home directory ($HOME, or %USERPROFILE% on Windows). NULL if none. */
+const char *loom_home_dir(void);
+char loom_path_sep(void);      /* '/' or '\\' */
+char loom_path_list_sep(void); /* ':' or ';' */
+/* Makes a temporary directory (for tests and tools) into buf. */
+loom_status loom_mkdtemp(char *buf, size_t size, loom_err *err);
+
+/* ---- environment */
+const char *loom_getenv(const char *name);
+
+/* ---- time */
+uint64_t loom_now_ns(void); /* monotonic */
+double loom_wall_time(void); /* seconds since the epoch */
+void loom_sleep_ms(uint32_t ms);
+
+/* ---- threads */
+typedef struct loom_thread loom_thread;
+typedef struct loom_mutex loom_mutex;
+typedef struct loom_cond loom_cond;
+loom_status loom_thread_start(loom_thread **t, void (*fn)(void *), void *arg,
+                              loom_err *err);
+void loom_thread_join(loom_thread *t);
+loom_mutex *loom_mutex_new(void);
+void loom_mutex_free(loom_mutex *m);
+void loom_mutex_lock(loom_mutex *m);
+void loom_mutex_unlock(loom_mutex *m);
+loom_cond *loom_cond_new(void);
+void loom_cond_free(loom_cond *c);
+void loom_cond_wait(loom_cond *c, loom_mutex *m);
+/* Returns 0 when signalled, 1 on timeout. */
+int loom_cond_timedwait(loom_cond *c, loom_mutex *m, uint32_t ms);
+void loom_cond_signal(loom_cond *c);
+void loom_cond_broadcast(loom_cond *c);
+int loom_cpu_count(void);
+
+/* ---- append-only files (request logs) */
+typedef struct loom_file loom_file;
+/* Opens path for appending, creating it (mode 0600) when absent. */
+loom_status loom_append_open(const char *path, loom_file **out, loom_err *err);
+/* Appends buf with a single write on an append-mode handle, so lines written
+ * by concurrent threads or processes never interleave. */
+loom_status loom_append_write(loom_file *f, const void *buf, size_t n,
+                              loom_err *err);
+void loom_file_close(loom_file *f);
+
+/* ---- signals (long-running commands such as `loom serve`) */
+enum loom_signal {
+    LOOM_SIGNAL_NONE = 0,   /* timed out */
+    LOOM_SIGNAL_STOP = 1,   /* SIGINT, SIGTERM, console Ctrl-C / close */
+    LOOM_SIGNAL_RELOAD = 2  /* SIGHUP */
+};
+/* Routes stop/reload signals to loom_signals_wait and ignores SIGPIPE. Call
+ * before starting any thread, so every thread inherits the blocked mask. */
+loom_status loom_signals_block(loom_err *err);
+/* Waits up to ms for one of those signals; returns an enum loom_signal. */
+int loom_signals_wait(uint32_t ms);
+
+/* ---- sockets (loopback clients in tests, peer checks in the server) */
+typedef intptr_t loom_socket;
+/* A blocking TCP connection to host:port (numeric or resolvable name). */
+loom_status loom_tcp_connect(const char *host, int port, loom_socket *out,
+                             loom_err *err);
+/* Sends all n bytes; returns 0, or -1 when the connection failed. */
+int loom_socket_send_all(loom_socket s, const void *buf, size_t n);
+/* Receives up to n bytes, waiting at most timeout_ms. Returns the count,
+ * 0 at end of stream, -1 on error, -2 on timeout. */
+long loom_socket_recv(loom_socket s, void *buf, size_t n, uint32_t timeout_ms);
+void loom_socket_close(loom_socket s);
+/* 1 when the peer of a connected socket has closed or reset it (checked
+ * without consuming data or blocking), else 0. */
+int loom_socket_peer_gone(loom_socket s);
+
+/* ---- process */
+/* Resident set size of this process in bytes, 0 if unknown. */
+uint64_t loom_rss_bytes(void);
+
+#endif

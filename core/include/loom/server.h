@@ -1,0 +1,53 @@
+/* The OpenAI-compatible HTTP server behind `loom serve`: /v1/completions,
+ * /v1/chat/completions (JSON or server-sent events), /v1/models, /health and
+ * /metrics over one lane, with optional bearer keys and a request log. */
+#ifndef LOOM_SERVER_H
+#define LOOM_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <loom/engine.h>
+
+typedef struct loom_server loom_server;
+
+typedef struct loom_server_params {
+    const char *host;     /* address to bind; NULL: "127.0.0.1" */
+    int port;             /* 0: any free port (see loom_server_port) */
+    int32_t parallel;     /* streams decoding at once; 0: the lane's default */
+    int32_t max_queued;   /* streams waiting beyond those; past it 429. 0: 64 */
+    int64_t max_context;  /* context streams are held to; 0: the model's */
+    size_t max_body;      /* request body limit in bytes; 0: 8 MiB */
+    const char *api_key_file; /* NULL: /v1 is open */
+    const char *request_log;  /* NULL: no log */
+    /* Name reported by /v1/models and in responses; NULL: the model
+     * directory's last component. */
+    const char *model_name;
+    /* Seconds an idle keep-alive connection stays open; 0: 60. */
+    int32_t idle_timeout_s;
+} loom_server_params;
+
+/* Binds and starts answering: until loom_server_load succeeds /health is 503
+ * and /v1 requests get 503. Refuses an API key file that is missing, empty or
+ * readable by group or others, and a request log it cannot open. */
+loom_status loom_server_start(const loom_server_params *params,
+                              loom_server **out, loom_err *err);
+/* The port actually bound (useful with port 0). */
+int loom_server_port(const loom_server *srv);
+
+/* Opens the model (engine, tokenizer, chat template), starts its lane and
+ * makes the server ready. The server owns what it opened. */
+loom_status loom_server_load(loom_server *srv, const loom_engine_params *ep,
+                             loom_err *err);
+
+/* Rereads the API key file (SIGHUP). On failure the old keys stay. */
+loom_status loom_server_reload_keys(loom_server *srv, loom_err *err);
+
+/* Graceful stop: refuses new connections, lets in-flight streams finish for
+ * up to drain_ms, cancels the rest, then stops the lane and the HTTP
+ * threads. Idempotent. */
+void loom_server_stop(loom_server *srv, uint32_t drain_ms);
+/* Stops (without draining) if needed and frees everything. NULL accepted. */
+void loom_server_free(loom_server *srv);
+
+#endif

@@ -1,0 +1,76 @@
+/* Opens a model end to end: plugins, checkpoint, family selection, weights. */
+#include <loom/engine.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+loom_status loom_engine_open(const loom_engine_params *params,
+                             loom_engine **out, loom_err *err)
+{
+    loom_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return loom_err_set(err, LOOM_ERR_NOMEM, "out of memory");
+    loom_status rc = loom_pool_new(params->n_threads, &e->pool, err);
+    if (rc != LOOM_OK)
+        goto fail;
+    loom_host_init(&e->hs, e->pool);
+    rc = loom_registry_load(params->plugin_dirs, params->n_plugin_dirs,
+                            &e->hs.host, &e->registry, err);
+    if (rc != LOOM_OK)
+        goto fail;
+    rc = loom_checkpoint_open(params->model, &e->ckpt, err);
+    if (rc != LOOM_OK)
+        goto fail;
+    if (loom_checkpoint_is_drafter(e->ckpt)) {
+        rc = loom_err_set(err, LOOM_ERR_INVALID,
+                          "%s is a drafter checkpoint, not a model (pass it "
+                          "with --drafter)",
+                          loom_checkpoint_dir(e->ckpt));
+        goto fail;
+    }
+    rc = loom_registry_select(e->registry, e->ckpt, LOOM_PLUGIN_FAMILY,
+                              params->family, &e->plugin, err);
+    if (rc != LOOM_OK)
+        goto fail;
+    e->family = e->plugin->plugin->get_interface(LOOM_FAMILY_ID);
+    if (!e->family || e->family->struct_size < sizeof(loom_family_i)) {
+        rc = loom_err_set(err, LOOM_ERR_ABI,
+                          "%s: family interface missing or too old",
+                          e->plugin->path);
+        goto fail;
+    }
+    rc = loom_checkpoint_load_tensors(e->ckpt, err);
+    if (rc != LOOM_OK)
+        goto fail;
+    loom_model_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
+    opt.device = params->device;
+    opt.max_context = params->max_context;
+    opt.max_rows = params->max_rows > 0 ? params->max_rows : 512;
+    rc = e->family->open(&e->hs.host, e->ckpt, &opt, &e->model, err);
+    if (rc != LOOM_OK) {
+        loom_err_prefix(err, "%s", e->plugin->plugin->name);
+        goto fail;
+    }
+    memset(&e->info, 0, sizeof e->info);
+    e->info.struct_size = sizeof e->info;
+    e->family->describe(e->model, &e->info);
+    *out = e;
+    return LOOM_OK;
+fail:
+    loom_engine_close(e);
+    return rc;
+}
+
+void loom_engine_close(loom_engine *e)
+{
+    if (!e)
+        return;
+    if (e->model && e->family)
+        e->family->close(e->model);
+    loom_checkpoint_close(e->ckpt);
+    loom_registry_free(e->registry);
+    loom_pool_free(e->pool);
+    free(e);
+}

@@ -1,0 +1,221 @@
+/* The loom_host table: the services a plugin gets from the core (config
+ * JSON, tensors, thread pool, CPU kernels, accounting). */
+#include <loom/host.h>
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include <loom/checkpoint.h>
+#include <loom/safetensors.h>
+
+void loom__host_log(const loom_host *host, loom_log_level level,
+                    const char *fmt, ...);
+
+/* loom_json is a Jansson json_t seen through the ABI. */
+#define J(v) ((json_t *)(v))
+
+static const loom_json *LOOM_ABI h_config(const loom_checkpoint *c)
+{
+    return (const loom_json *)loom_checkpoint_config(c);
+}
+
+static const loom_json *LOOM_ABI h_text_config(const loom_checkpoint *c)
+{
+    return (const loom_json *)loom_checkpoint_text_config(c);
+}
+
+static const loom_json *LOOM_ABI h_generation_config(const loom_checkpoint *c)
+{
+    return (const loom_json *)loom_checkpoint_generation_config(c);
+}
+
+static const char *LOOM_ABI h_checkpoint_path(const loom_checkpoint *c)
+{
+    return loom_checkpoint_dir(c);
+}
+
+static loom_json_type LOOM_ABI h_json_type(const loom_json *v)
+{
+    if (!v)
+        return LOOM_JSON_MISSING;
+    switch (json_typeof(J(v))) {
+    case JSON_OBJECT:
+        return LOOM_JSON_OBJECT;
+    case JSON_ARRAY:
+        return LOOM_JSON_ARRAY;
+    case JSON_STRING:
+        return LOOM_JSON_STRING;
+    case JSON_INTEGER:
+        return LOOM_JSON_INT;
+    case JSON_REAL:
+        return LOOM_JSON_REAL;
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return LOOM_JSON_BOOL;
+    default:
+        return LOOM_JSON_NULL;
+    }
+}
+
+static const loom_json *LOOM_ABI h_json_get(const loom_json *o, const char *k)
+{
+    if (!o || !json_is_object(J(o)))
+        return NULL;
+    return (const loom_json *)json_object_get(J(o), k);
+}
+
+static size_t LOOM_ABI h_json_len(const loom_json *a)
+{
+    return a && json_is_array(J(a)) ? json_array_size(J(a)) : 0;
+}
+
+static const loom_json *LOOM_ABI h_json_at(const loom_json *a, size_t i)
+{
+    if (!a || !json_is_array(J(a)))
+        return NULL;
+    return (const loom_json *)json_array_get(J(a), i);
+}
+
+static int64_t LOOM_ABI h_json_int(const loom_json *v)
+{
+    if (!v)
+        return 0;
+    if (json_is_integer(J(v)))
+        return (int64_t)json_integer_value(J(v));
+    if (json_is_real(J(v)))
+        return (int64_t)json_real_value(J(v));
+    return 0;
+}
+
+static double LOOM_ABI h_json_real(const loom_json *v)
+{
+    return v ? json_number_value(J(v)) : 0.0;
+}
+
+static int LOOM_ABI h_json_bool(const loom_json *v)
+{
+    return v && json_is_true(J(v));
+}
+
+static const char *LOOM_ABI h_json_str(const loom_json *v)
+{
+    return v && json_is_string(J(v)) ? json_string_value(J(v)) : NULL;
+}
+
+static loom_status LOOM_ABI h_tensor_find(const loom_checkpoint *c,
+                                          const char *name, loom_tensor *out,
+                                          loom_err *err)
+{
+    const loom_st *st = loom_checkpoint_tensors(c);
+    if (!st)
+        return loom_err_set(err, LOOM_ERR_STATE,
+                            "%s: tensors are not loaded", loom_checkpoint_dir(c));
+    const loom_tensor *t = loom_st_find(st, name);
+    if (!t)
+        return loom_err_set(err, LOOM_ERR_NOT_FOUND,
+                            "%s: checkpoint has no tensor '%s'",
+                            loom_checkpoint_dir(c), name);
+    *out = *t;
+    return LOOM_OK;
+}
+
+static int LOOM_ABI h_tensor_next(const loom_checkpoint *c, const char *prefix,
+                                  size_t *cursor, loom_tensor *out)
+{
+    const loom_st *st = loom_checkpoint_tensors(c);
+    if (!st)
+        return 0;
+    size_t plen = prefix ? strlen(prefix) : 0;
+    size_t n = loom_st_count(st);
+    while (*cursor < n) {
+        const loom_tensor *t = loom_st_at(st, (*cursor)++);
+        if (plen == 0 || strncmp(t->name, prefix, plen) == 0) {
+            *out = *t;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static loom_status LOOM_ABI h_weight_find(const loom_checkpoint *c,
+                                          const char *base, int64_t rows,
+                                          int64_t cols, loom_weight *out,
+                                          loom_err *err)
+{
+    return loom_weight_find(c, base, rows, cols, out, err);
+}
+
+static loom_host_state *state_of(const loom_host *h)
+{
+    /* host is the first member of loom_host_state */
+    return (loom_host_state *)h;
+}
+
+static int LOOM_ABI h_n_threads(const loom_host *h)
+{
+    return loom_pool_size(state_of(h)->pool);
+}
+
+static void LOOM_ABI h_parallel_for(const loom_host *h, int64_t n,
+                                    loom_range_fn fn, void *ctx)
+{
+    loom_pool_run(state_of(h)->pool, n, fn, ctx);
+}
+
+static void LOOM_ABI h_matmul(const loom_host *h, const loom_weight *w,
+                              const float *x, float *y, int64_t n_tok)
+{
+    loom_matmul(state_of(h)->pool, w, x, y, n_tok);
+}
+
+static void LOOM_ABI h_weight_row(const loom_weight *w, int64_t row,
+                                  float *out)
+{
+    loom_weight_row(w, row, out);
+}
+
+static void LOOM_ABI h_account(const loom_host *h, const char *what,
+                               int64_t delta)
+{
+    (void)what;
+    /* plugins may report from several threads */
+    atomic_fetch_add(&state_of(h)->accounted_bytes, delta);
+}
+
+static const void *LOOM_ABI h_cuda(const loom_host *h)
+{
+    (void)h;
+    return NULL;
+}
+
+void loom_host_init(loom_host_state *s, loom_pool *pool)
+{
+    memset(s, 0, sizeof *s);
+    s->pool = pool;
+    loom_host *h = &s->host;
+    h->struct_size = sizeof *h;
+    h->abi_major = LOOM_ABI_MAJOR;
+    h->abi_minor = LOOM_ABI_MINOR;
+    h->log = loom__host_log;
+    h->config = h_config;
+    h->text_config = h_text_config;
+    h->generation_config = h_generation_config;
+    h->checkpoint_path = h_checkpoint_path;
+    h->json_type = h_json_type;
+    h->json_get = h_json_get;
+    h->json_len = h_json_len;
+    h->json_at = h_json_at;
+    h->json_int = h_json_int;
+    h->json_real = h_json_real;
+    h->json_bool = h_json_bool;
+    h->json_str = h_json_str;
+    h->tensor_find = h_tensor_find;
+    h->tensor_next = h_tensor_next;
+    h->weight_find = h_weight_find;
+    h->n_threads = h_n_threads;
+    h->parallel_for = h_parallel_for;
+    h->matmul = h_matmul;
+    h->weight_row = h_weight_row;
+    h->account = h_account;
+    h->cuda = h_cuda;
+}

@@ -1,0 +1,619 @@
+/* The POSIX half of the platform layer: every OS call the core makes. */
+#define _GNU_SOURCE
+#include <loom/platform.h>
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- dl */
+
+struct loom_dl {
+    void *handle;
+};
+
+loom_status loom_dl_open(const char *path, loom_dl **out, loom_err *err)
+{
+    /* RTLD_LOCAL keeps one plugin's symbols from resolving another's. */
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        return loom_err_set(err, LOOM_ERR_IO, "%s", why ? why : path);
+    }
+    loom_dl *dl = malloc(sizeof *dl);
+    if (!dl) {
+        dlclose(h);
+        return loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory", path);
+    }
+    dl->handle = h;
+    *out = dl;
+    return LOOM_OK;
+}
+
+void *loom_dl_sym(loom_dl *dl, const char *name)
+{
+    return dl ? dlsym(dl->handle, name) : NULL;
+}
+
+void loom_dl_close(loom_dl *dl)
+{
+    if (!dl)
+        return;
+    dlclose(dl->handle);
+    free(dl);
+}
+
+const char *loom_dl_suffix(void)
+{
+#if defined(__APPLE__)
+    return ".dylib";
+#else
+    return ".so";
+#endif
+}
+
+/* ---------------------------------------------------------------- files */
+
+loom_status loom_map_file(const char *path, loom_map *map, loom_err *err)
+{
+    memset(map, 0, sizeof *map);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return loom_err_set(err, errno == ENOENT ? LOOM_ERR_NOT_FOUND
+                                                 : LOOM_ERR_IO,
+                            "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return loom_err_set(err, LOOM_ERR_IO, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return loom_err_set(err, LOOM_ERR_IO, "%s: not a regular file", path);
+    }
+    if (st.st_size == 0) {
+        close(fd);
+        return LOOM_OK;
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED)
+        return loom_err_set(err, LOOM_ERR_IO, "%s: mmap: %s", path,
+                            strerror(e));
+    map->data = p;
+    map->size = (uint64_t)st.st_size;
+    return LOOM_OK;
+}
+
+void loom_unmap(loom_map *map)
+{
+    if (map && map->data)
+        munmap((void *)map->data, (size_t)map->size);
+    if (map)
+        memset(map, 0, sizeof *map);
+}
+
+loom_status loom_read_file(const char *path, char **data, size_t *size,
+                           loom_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return loom_err_set(err, errno == ENOENT ? LOOM_ERR_NOT_FOUND
+                                                 : LOOM_ERR_IO,
+                            "%s: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        fclose(f);
+        return loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory", path);
+    }
+    for (;;) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return loom_err_set(err, LOOM_ERR_NOMEM,
+                                    "%s: out of memory", path);
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return loom_err_set(err, LOOM_ERR_IO, "%s: read error", path);
+    }
+    buf[n] = '\0';
+    *data = buf;
+    if (size)
+        *size = n;
+    return LOOM_OK;
+}
+
+int loom_file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int loom_dir_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int loom_file_is_shared(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return 0;
+    return (st.st_mode & (S_IRWXG | S_IRWXO)) != 0;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+loom_status loom_dir_list(const char *dir,
+                          void (*fn)(void *ctx, const char *name), void *ctx,
+                          loom_err *err)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return loom_err_set(err, errno == ENOENT ? LOOM_ERR_NOT_FOUND
+                                                 : LOOM_ERR_IO,
+                            "%s: %s", dir, strerror(errno));
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    loom_status rc = LOOM_OK;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            char **nn = realloc(names, nc * sizeof *nn);
+            if (!nn) {
+                rc = loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory",
+                                  dir);
+                break;
+            }
+            names = nn;
+            cap = nc;
+        }
+        names[n] = strdup(e->d_name);
+        if (!names[n]) {
+            rc = loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory", dir);
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (rc == LOOM_OK) {
+        if (n)
+            qsort(names, n, sizeof *names, cmp_names);
+        for (size_t i = 0; i < n; i++)
+            fn(ctx, names[i]);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return rc;
+}
+
+loom_status loom_exe_dir(char *buf, size_t size, loom_err *err)
+{
+    ssize_t n = readlink("/proc/self/exe", buf, size - 1);
+    if (n <= 0 || (size_t)n >= size - 1)
+        return loom_err_set(err, LOOM_ERR_IO,
+                            "cannot find the executable's path");
+    buf[n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (slash)
+        *slash = '\0';
+    return LOOM_OK;
+}
+
+const char *loom_home_dir(void)
+{
+    const char *h = getenv("HOME");
+    return h && *h ? h : NULL;
+}
+
+char loom_path_sep(void)
+{
+    return '/';
+}
+
+char loom_path_list_sep(void)
+{
+    return ':';
+}
+
+loom_status loom_mkdtemp(char *buf, size_t size, loom_err *err)
+{
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    if ((size_t)snprintf(buf, size, "%s/loom-XXXXXX", tmp) >= size)
+        return loom_err_set(err, LOOM_ERR_RANGE, "temporary path too long");
+    if (!mkdtemp(buf))
+        return loom_err_set(err, LOOM_ERR_IO, "mkdtemp %s: %s", buf,
+                            strerror(errno));
+    return LOOM_OK;
+}
+
+const char *loom_getenv(const char *name)
+{
+    return getenv(name);
+}
+
+/* ---------------------------------------------------------------- time */
+
+uint64_t loom_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+double loom_wall_time(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void loom_sleep_ms(uint32_t ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* ---------------------------------------------------------------- threads */
+
+struct loom_thread {
+    pthread_t tid;
+    void (*fn)(void *);
+    void *arg;
+};
+
+struct loom_mutex {
+    pthread_mutex_t m;
+};
+
+struct loom_cond {
+    pthread_cond_t c;
+};
+
+static void *thread_main(void *p)
+{
+    loom_thread *t = p;
+    t->fn(t->arg);
+    return NULL;
+}
+
+loom_status loom_thread_start(loom_thread **out, void (*fn)(void *), void *arg,
+                              loom_err *err)
+{
+    loom_thread *t = malloc(sizeof *t);
+    if (!t)
+        return loom_err_set(err, LOOM_ERR_NOMEM, "thread: out of memory");
+    t->fn = fn;
+    t->arg = arg;
+    int rc = pthread_create(&t->tid, NULL, thread_main, t);
+    if (rc != 0) {
+        free(t);
+        return loom_err_set(err, LOOM_ERR_IO, "pthread_create: %s",
+                            strerror(rc));
+    }
+    *out = t;
+    return LOOM_OK;
+}
+
+void loom_thread_join(loom_thread *t)
+{
+    if (!t)
+        return;
+    pthread_join(t->tid, NULL);
+    free(t);
+}
+
+loom_mutex *loom_mutex_new(void)
+{
+    loom_mutex *m = malloc(sizeof *m);
+    if (m)
+        pthread_mutex_init(&m->m, NULL);
+    return m;
+}
+
+void loom_mutex_free(loom_mutex *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->m);
+    free(m);
+}
+
+void loom_mutex_lock(loom_mutex *m)
+{
+    pthread_mutex_lock(&m->m);
+}
+
+void loom_mutex_unlock(loom_mutex *m)
+{
+    pthread_mutex_unlock(&m->m);
+}
+
+loom_cond *loom_cond_new(void)
+{
+    loom_cond *c = malloc(sizeof *c);
+    if (!c)
+        return NULL;
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->c, &a);
+    pthread_condattr_destroy(&a);
+    return c;
+}
+
+void loom_cond_free(loom_cond *c)
+{
+    if (!c)
+        return;
+    pthread_cond_destroy(&c->c);
+    free(c);
+}
+
+void loom_cond_wait(loom_cond *c, loom_mutex *m)
+{
+    pthread_cond_wait(&c->c, &m->m);
+}
+
+int loom_cond_timedwait(loom_cond *c, loom_mutex *m, uint32_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return pthread_cond_timedwait(&c->c, &m->m, &ts) == ETIMEDOUT;
+}
+
+void loom_cond_signal(loom_cond *c)
+{
+    pthread_cond_signal(&c->c);
+}
+
+void loom_cond_broadcast(loom_cond *c)
+{
+    pthread_cond_broadcast(&c->c);
+}
+
+int loom_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* ---------------------------------------------------------------- append */
+
+struct loom_file {
+    int fd;
+};
+
+loom_status loom_append_open(const char *path, loom_file **out, loom_err *err)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return loom_err_set(err, LOOM_ERR_IO, "%s: %s", path, strerror(errno));
+    loom_file *f = malloc(sizeof *f);
+    if (!f) {
+        close(fd);
+        return loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory", path);
+    }
+    f->fd = fd;
+    *out = f;
+    return LOOM_OK;
+}
+
+loom_status loom_append_write(loom_file *f, const void *buf, size_t n,
+                              loom_err *err)
+{
+    /* One write() on an O_APPEND descriptor: the kernel positions and copies
+     * it under the inode lock, so concurrent lines cannot interleave. A short
+     * write (disk full) is reported rather than completed by a second call,
+     * which could land after another thread's line. */
+    ssize_t w;
+    do {
+        w = write(f->fd, buf, n);
+    } while (w < 0 && errno == EINTR);
+    if (w < 0)
+        return loom_err_set(err, LOOM_ERR_IO, "append: %s", strerror(errno));
+    if ((size_t)w != n)
+        return loom_err_set(err, LOOM_ERR_IO, "append: short write (%zd of %zu)",
+                            w, n);
+    return LOOM_OK;
+}
+
+void loom_file_close(loom_file *f)
+{
+    if (!f)
+        return;
+    close(f->fd);
+    free(f);
+}
+
+/* ---------------------------------------------------------------- signals */
+
+static void signal_set(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGHUP);
+}
+
+loom_status loom_signals_block(loom_err *err)
+{
+    sigset_t set;
+    signal_set(&set);
+    int rc = pthread_sigmask(SIG_BLOCK, &set, NULL);
+    if (rc != 0)
+        return loom_err_set(err, LOOM_ERR_IO, "pthread_sigmask: %s",
+                            strerror(rc));
+    /* A peer that hangs up mid-response must fail the write, not kill us. */
+    signal(SIGPIPE, SIG_IGN);
+    return LOOM_OK;
+}
+
+int loom_signals_wait(uint32_t ms)
+{
+    sigset_t set;
+    signal_set(&set);
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    int sig = sigtimedwait(&set, NULL, &ts);
+    if (sig == SIGHUP)
+        return LOOM_SIGNAL_RELOAD;
+    if (sig == SIGINT || sig == SIGTERM)
+        return LOOM_SIGNAL_STOP;
+    return LOOM_SIGNAL_NONE;
+}
+
+/* ---------------------------------------------------------------- sockets */
+
+loom_status loom_tcp_connect(const char *host, int port, loom_socket *out,
+                             loom_err *err)
+{
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    int rc = getaddrinfo(host, service, &hints, &res);
+    if (rc != 0)
+        return loom_err_set(err, LOOM_ERR_IO, "%s:%d: %s", host, port,
+                            gai_strerror(rc));
+    int fd = -1, last = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
+                    ai->ai_protocol);
+        if (fd < 0) {
+            last = errno;
+            continue;
+        }
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+            break;
+        last = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return loom_err_set(err, LOOM_ERR_IO, "%s:%d: %s", host, port,
+                            strerror(last));
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    *out = fd;
+    return LOOM_OK;
+}
+
+int loom_socket_send_all(loom_socket s, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = send((int)s, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+long loom_socket_recv(loom_socket s, void *buf, size_t n, uint32_t timeout_ms)
+{
+    struct pollfd pfd = {(int)s, POLLIN, 0};
+    int rc;
+    do {
+        rc = poll(&pfd, 1, (int)timeout_ms);
+    } while (rc < 0 && errno == EINTR);
+    if (rc == 0)
+        return -2;
+    if (rc < 0)
+        return -1;
+    ssize_t r;
+    do {
+        r = recv((int)s, buf, n, 0);
+    } while (r < 0 && errno == EINTR);
+    return r < 0 ? -1 : (long)r;
+}
+
+void loom_socket_close(loom_socket s)
+{
+    close((int)s);
+}
+
+int loom_socket_peer_gone(loom_socket s)
+{
+    struct pollfd pfd = {(int)s, POLLIN | POLLRDHUP, 0};
+    if (poll(&pfd, 1, 0) <= 0)
+        return 0;
+    if (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+        return 1;
+    if (pfd.revents & POLLIN) {
+        char c;
+        ssize_t r = recv((int)s, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                          errno != EINTR);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- process */
+
+uint64_t loom_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f)
+        return 0;
+    unsigned long long size = 0, resident = 0;
+    int n = fscanf(f, "%llu %llu", &size, &resident);
+    fclose(f);
+    if (n != 2)
+        return 0;
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}

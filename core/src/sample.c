@@ -1,0 +1,457 @@
+/* The sampling chain (bias, penalties, temperature, top-k/top-p/min-p masks,
+ * keyed Gumbel-max draw) and the per-stream sampler that holds its state. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <loom/sample.h>
+
+void loom_sample_params_default(loom_sample_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->temperature = 1.0f;
+    p->top_k = 0;
+    p->top_p = 1.0f;
+    p->min_p = 0.0f;
+    p->repeat_penalty = 1.0f;
+    p->n_logprobs = -1;
+}
+
+loom_status loom_sample_params_check(const loom_sample_params *p,
+                                     int32_t vocab, loom_err *err)
+{
+    if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
+        return loom_err_set(err, LOOM_ERR_RANGE,
+                            "temperature %g: must be >= 0",
+                            (double)p->temperature);
+    if (p->top_k < 0)
+        return loom_err_set(err, LOOM_ERR_RANGE, "top_k %d: must be >= 0",
+                            p->top_k);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+        return loom_err_set(err, LOOM_ERR_RANGE,
+                            "top_p %g: must be in (0, 1]", (double)p->top_p);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+        return loom_err_set(err, LOOM_ERR_RANGE,
+                            "min_p %g: must be in [0, 1]", (double)p->min_p);
+    if (!(p->repeat_penalty > 0.0f) || !isfinite(p->repeat_penalty))
+        return loom_err_set(err, LOOM_ERR_RANGE,
+                            "repeat_penalty %g: must be > 0",
+                            (double)p->repeat_penalty);
+    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
+        return loom_err_set(err, LOOM_ERR_RANGE,
+                            "presence/frequency penalty must be finite");
+    if (p->penalty_last_n < 0)
+        return loom_err_set(err, LOOM_ERR_RANGE,
+                            "penalty_last_n %d: must be >= 0",
+                            p->penalty_last_n);
+    if (p->n_logprobs < -1 || p->n_logprobs > LOOM_MAX_TOP_LOGPROBS)
+        return loom_err_set(err, LOOM_ERR_RANGE,
+                            "logprobs %d: must be in [0, %d]", p->n_logprobs,
+                            LOOM_MAX_TOP_LOGPROBS);
+    if (p->n_bias < 0 || (p->n_bias > 0 && !p->bias))
+        return loom_err_set(err, LOOM_ERR_INVALID, "logit_bias: %d entries",
+                            p->n_bias);
+    for (int32_t i = 0; i < p->n_bias; i++) {
+        if (p->bias[i].token < 0 || p->bias[i].token >= vocab)
+            return loom_err_set(err, LOOM_ERR_RANGE,
+                                "logit_bias token %d: vocabulary is %d",
+                                p->bias[i].token, vocab);
+        if (isnan(p->bias[i].bias))
+            return loom_err_set(err, LOOM_ERR_RANGE,
+                                "logit_bias of token %d is NaN",
+                                p->bias[i].token);
+    }
+    return LOOM_OK;
+}
+
+/* ---------------------------------------------------------------- noise */
+
+void loom_philox4x32(const uint32_t ctr[4], const uint32_t key[2],
+                     uint32_t out[4])
+{
+    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
+    uint32_t k0 = key[0], k1 = key[1];
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
+        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+        k0 += 0x9E3779B9u; /* the key schedule's Weyl constants */
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+uint64_t loom_sample_bits(uint64_t seed, int32_t position, int32_t token)
+{
+    const uint32_t ctr[4] = {(uint32_t)position, (uint32_t)token, 0, 0};
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    uint32_t out[4];
+    loom_philox4x32(ctr, key, out);
+    return ((uint64_t)out[0] << 32) | out[1];
+}
+
+double loom_sample_gumbel(uint64_t seed, int32_t position, int32_t token)
+{
+    /* 53 bits, offset by half a step so u is never 0 or 1 */
+    uint64_t b = loom_sample_bits(seed, position, token) >> 11;
+    double u = ((double)b + 0.5) * (1.0 / 9007199254740992.0);
+    return -log(-log(u));
+}
+
+/* ---------------------------------------------------------------- steps */
+
+int32_t loom_sample_argmax(const float *logits, int32_t vocab)
+{
+    int32_t best = 0;
+    for (int32_t t = 1; t < vocab; t++)
+        if (logits[t] > logits[best])
+            best = t;
+    return best;
+}
+
+int32_t loom_sample_draw(const float *logits, int32_t vocab, uint64_t seed,
+                         int32_t position)
+{
+    int32_t best = -1;
+    double best_v = -INFINITY;
+    for (int32_t t = 0; t < vocab; t++) {
+        if (!(logits[t] > -INFINITY))
+            continue; /* masked (or NaN): never drawn */
+        double v = (double)logits[t] + loom_sample_gumbel(seed, position, t);
+        if (best < 0 || v > best_v) {
+            best = t;
+            best_v = v;
+        }
+    }
+    /* everything masked cannot happen through the chain (the best token
+     * always stays); fall back to argmax for a caller's all -inf row */
+    return best >= 0 ? best : loom_sample_argmax(logits, vocab);
+}
+
+void loom_sample_apply_penalties(const loom_sample_params *p, float *logits,
+                                 int32_t vocab, const int32_t *prompt_count,
+                                 const int32_t *gen_count)
+{
+    for (int32_t i = 0; i < p->n_bias; i++)
+        logits[p->bias[i].token] += p->bias[i].bias;
+    int rep = p->repeat_penalty != 1.0f;
+    int pf = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    if (!rep && !pf)
+        return;
+    for (int32_t t = 0; t < vocab; t++) {
+        int32_t g = gen_count ? gen_count[t] : 0;
+        int32_t n = g + (prompt_count ? prompt_count[t] : 0);
+        if (rep && n > 0)
+            logits[t] = logits[t] > 0.0f ? logits[t] / p->repeat_penalty
+                                         : logits[t] * p->repeat_penalty;
+        if (pf && g > 0)
+            logits[t] -= p->presence_penalty +
+                         p->frequency_penalty * (float)g;
+    }
+}
+
+typedef struct scored {
+    float v;
+    int32_t id;
+} scored;
+
+/* best first, the lower id on ties */
+static int scored_cmp(const void *a, const void *b)
+{
+    const scored *x = a, *y = b;
+    if (x->v != y->v)
+        return x->v > y->v ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static float max_finite(const float *logits, int32_t vocab)
+{
+    float m = -INFINITY;
+    for (int32_t t = 0; t < vocab; t++)
+        if (logits[t] > m)
+            m = logits[t];
+    return m;
+}
+
+/* Masks every token that comes after `last` in best-first order (value
+ * descending, the lower id first on ties). */
+static void mask_after(float *logits, int32_t vocab, scored last)
+{
+    for (int32_t t = 0; t < vocab; t++)
+        if (!(logits[t] > last.v || (logits[t] == last.v && t <= last.id)))
+            logits[t] = -INFINITY;
+}
+
+/* The finite tokens within `gap` of the best into buf, sorted best first;
+ * returns how many. */
+static int32_t gather_sorted(const float *logits, int32_t vocab, float mx,
+                             double gap, scored *buf)
+{
+    double thr = (double)mx - gap;
+    int32_t m = 0;
+    for (int32_t t = 0; t < vocab; t++)
+        if (logits[t] > -INFINITY && (double)logits[t] >= thr)
+            buf[m++] = (scored){logits[t], t};
+    qsort(buf, (size_t)m, sizeof *buf, scored_cmp);
+    return m;
+}
+
+/* Keeps the k best (ties to the lower id). Only the tokens near the best
+ * get sorted: the gap below the best widens until k tokens are inside. */
+static void mask_top_k(float *logits, int32_t vocab, int32_t k, scored *buf)
+{
+    float mx = max_finite(logits, vocab);
+    double gap = 1.0;
+    for (;;) {
+        double thr = (double)mx - gap;
+        int32_t m = 0;
+        for (int32_t t = 0; t < vocab; t++)
+            if (logits[t] > -INFINITY && (double)logits[t] >= thr)
+                m++;
+        if (m >= k)
+            break;
+        if (gap > 1e38) /* fewer than k finite tokens: all stay */
+            return;
+        gap *= 4.0;
+    }
+    gather_sorted(logits, vocab, mx, gap, buf);
+    mask_after(logits, vocab, buf[k - 1]);
+}
+
+/* Keeps the smallest best-first set whose softmax mass reaches p. The
+ * nucleus is a best-first prefix: once the tokens within a gap of the best
+ * hold mass >= p it lies inside them, so only those get sorted. */
+static void mask_top_p(float *logits, int32_t vocab, float p, scored *buf)
+{
+    float mx = max_finite(logits, vocab);
+    double z = 0.0;
+    for (int32_t t = 0; t < vocab; t++)
+        if (logits[t] > -INFINITY)
+            z += exp((double)logits[t] - mx);
+    double gap = 8.0;
+    for (;;) {
+        double thr = (double)mx - gap, mass = 0.0;
+        for (int32_t t = 0; t < vocab; t++)
+            if (logits[t] > -INFINITY && (double)logits[t] >= thr)
+                mass += exp((double)logits[t] - mx);
+        if (mass / z >= (double)p || gap > 1e38)
+            break;
+        gap *= 2.0;
+    }
+    int32_t m = gather_sorted(logits, vocab, mx, gap, buf);
+    double cum = 0.0;
+    for (int32_t i = 0; i < m; i++) {
+        cum += exp((double)buf[i].v - mx) / z;
+        if (cum >= (double)p) {
+            mask_after(logits, vocab, buf[i]);
+            return;
+        }
+    }
+    /* rounding left the sum short of p: keep what was gathered */
+    if (m > 0)
+        mask_after(logits, vocab, buf[m - 1]);
+}
+
+/* Keeps tokens whose probability is at least min_p times the best one's. */
+static void mask_min_p(float *logits, int32_t vocab, float min_p)
+{
+    float mx = max_finite(logits, vocab);
+    double thr = (double)mx + log((double)min_p);
+    for (int32_t t = 0; t < vocab; t++)
+        if (logits[t] > -INFINITY && (double)logits[t] < thr)
+            logits[t] = -INFINITY;
+}
+
+void loom_sample_apply_masks(const loom_sample_params *p, float *logits,
+                             int32_t vocab)
+{
+    if (p->temperature > 0.0f && p->temperature != 1.0f) {
+        float inv = 1.0f / p->temperature;
+        for (int32_t t = 0; t < vocab; t++)
+            logits[t] *= inv;
+    }
+    int need = (p->top_k > 0 && p->top_k < vocab) || p->top_p < 1.0f;
+    scored *buf = NULL;
+    if (need) {
+        buf = (scored *)malloc(sizeof(scored) * (size_t)vocab);
+        if (!buf)
+            need = 0; /* out of memory: the filters are skipped */
+    }
+    if (need && p->top_k > 0 && p->top_k < vocab)
+        mask_top_k(logits, vocab, p->top_k, buf);
+    if (need && p->top_p < 1.0f)
+        mask_top_p(logits, vocab, p->top_p, buf);
+    if (p->min_p > 0.0f)
+        mask_min_p(logits, vocab, p->min_p);
+    free(buf);
+}
+
+/* ---------------------------------------------------------------- sampler */
+
+struct loom_sampler {
+    loom_sample_params p;
+    loom_logit_bias *bias;
+    int32_t vocab;
+    uint64_t seed;
+    int32_t *prompt_count; /* in the penalty window */
+    int32_t *gen_count;
+    int32_t *hist; /* token | generated << 31 */
+    int64_t n_hist, cap_hist;
+    float *work;
+};
+
+loom_status loom_sampler_new(const loom_sample_params *params, int32_t vocab,
+                             uint64_t random_seed, loom_sampler **out,
+                             loom_err *err)
+{
+    if (vocab <= 0)
+        return loom_err_set(err, LOOM_ERR_INVALID, "sampler: vocab %d",
+                            vocab);
+    loom_status st = loom_sample_params_check(params, vocab, err);
+    if (st)
+        return st;
+    loom_sampler *s = (loom_sampler *)calloc(1, sizeof *s);
+    if (!s)
+        return loom_err_set(err, LOOM_ERR_NOMEM, "sampler: out of memory");
+    s->p = *params;
+    s->vocab = vocab;
+    s->seed = params->has_seed ? params->seed : random_seed;
+    s->p.seed = s->seed;
+    s->p.has_seed = 1;
+    s->prompt_count = (int32_t *)calloc((size_t)vocab, sizeof(int32_t));
+    s->gen_count = (int32_t *)calloc((size_t)vocab, sizeof(int32_t));
+    s->work = (float *)malloc(sizeof(float) * (size_t)vocab);
+    if (params->n_bias > 0) {
+        s->bias = (loom_logit_bias *)malloc(sizeof(loom_logit_bias) *
+                                            (size_t)params->n_bias);
+        if (s->bias)
+            memcpy(s->bias, params->bias,
+                   sizeof(loom_logit_bias) * (size_t)params->n_bias);
+    }
+    s->p.bias = s->bias;
+    if (!s->prompt_count || !s->gen_count || !s->work ||
+        (params->n_bias > 0 && !s->bias)) {
+        loom_sampler_free(s);
+        return loom_err_set(err, LOOM_ERR_NOMEM,
+                            "sampler: out of memory for vocab %d", vocab);
+    }
+    *out = s;
+    return LOOM_OK;
+}
+
+void loom_sampler_free(loom_sampler *s)
+{
+    if (!s)
+        return;
+    free(s->bias);
+    free(s->prompt_count);
+    free(s->gen_count);
+    free(s->hist);
+    free(s->work);
+    free(s);
+}
+
+uint64_t loom_sampler_seed(const loom_sampler *s) { return s->seed; }
+
+void loom_sampler_accept(loom_sampler *s, int32_t token, int generated)
+{
+    if (token < 0 || token >= s->vocab)
+        return;
+    int penal = s->p.repeat_penalty != 1.0f || s->p.presence_penalty != 0 ||
+                s->p.frequency_penalty != 0;
+    if (!penal)
+        return; /* the counts are only read by the penalties */
+    if (generated)
+        s->gen_count[token]++;
+    else
+        s->prompt_count[token]++;
+    if (s->p.penalty_last_n == 0)
+        return;
+    /* a window: remember the order so the oldest can leave it */
+    if (s->n_hist == s->cap_hist) {
+        int64_t cap = s->cap_hist ? s->cap_hist * 2 : 256;
+        int32_t *h = (int32_t *)realloc(s->hist, sizeof(int32_t) * (size_t)cap);
+        if (!h)
+            return; /* the window then keeps growing: penalties overcount */
+        s->hist = h;
+        s->cap_hist = cap;
+    }
+    s->hist[s->n_hist++] = token | (generated ? INT32_MIN : 0);
+    if (s->n_hist > s->p.penalty_last_n) {
+        int32_t old = s->hist[s->n_hist - 1 - s->p.penalty_last_n];
+        int32_t tok = old & INT32_MAX;
+        if (old & INT32_MIN)
+            s->gen_count[tok]--;
+        else
+            s->prompt_count[tok]--;
+        /* keep the history short: slide once it is twice the window */
+        if (s->n_hist >= 2 * (int64_t)s->p.penalty_last_n + 256) {
+            int64_t keep = s->p.penalty_last_n;
+            memmove(s->hist, s->hist + s->n_hist - keep,
+                    sizeof(int32_t) * (size_t)keep);
+            s->n_hist = keep;
+        }
+    }
+}
+
+static void fill_logprobs(const loom_sampler *s, const float *logits,
+                          loom_sample_result *out)
+{
+    int32_t V = s->vocab;
+    float mx = max_finite(logits, V);
+    double z = 0.0;
+    for (int32_t t = 0; t < V; t++)
+        z += exp((double)logits[t] - mx);
+    double lse = (double)mx + log(z);
+    out->logprob = (float)((double)logits[out->token] - lse);
+    int32_t n = s->p.n_logprobs;
+    if (n > V)
+        n = V;
+    out->n_top = 0;
+    if (n <= 0)
+        return;
+    /* insertion into a best-first list of n (n <= 20) */
+    int32_t m = 0;
+    for (int32_t t = 0; t < V; t++) {
+        float v = logits[t];
+        if (m == n && !(v > out->top[m - 1].logprob))
+            continue;
+        int32_t i = m < n ? m++ : n - 1;
+        while (i > 0 && v > out->top[i - 1].logprob) {
+            out->top[i] = out->top[i - 1];
+            i--;
+        }
+        out->top[i].token = t;
+        out->top[i].logprob = v;
+    }
+    for (int32_t i = 0; i < m; i++)
+        out->top[i].logprob = (float)((double)out->top[i].logprob - lse);
+    out->n_top = m;
+}
+
+void loom_sampler_sample(loom_sampler *s, const float *logits,
+                         int32_t position, loom_sample_result *out)
+{
+    int32_t V = s->vocab;
+    memcpy(s->work, logits, sizeof(float) * (size_t)V);
+    loom_sample_apply_penalties(&s->p, s->work, V, s->prompt_count,
+                                s->gen_count);
+    if (s->p.temperature == 0.0f) {
+        out->token = loom_sample_argmax(s->work, V);
+    } else {
+        loom_sample_apply_masks(&s->p, s->work, V);
+        out->token = loom_sample_draw(s->work, V, s->seed, position);
+    }
+    out->logprob = 0.0f;
+    out->n_top = 0;
+    if (s->p.n_logprobs >= 0)
+        fill_logprobs(s, logits, out);
+}

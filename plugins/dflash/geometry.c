@@ -1,0 +1,145 @@
+/* DFlash config.json -> geometry: the fields z-lab, SGLang and vLLM write,
+ * with their variations (block_size or ids inside or outside dflash_config,
+ * rope_parameters or rope_theta). */
+#include "dflash.h"
+
+int32_t dflash_probe(const loom_host *h, const loom_checkpoint *ckpt)
+{
+    const loom_json *cfg = h->config(ckpt);
+    int score = 0;
+    if (h->json_type(h->json_get(cfg, "dflash_config")) == LOOM_JSON_OBJECT)
+        score = 80;
+    const loom_json *archs = h->json_get(cfg, "architectures");
+    for (size_t i = 0; i < h->json_len(archs); i++) {
+        const char *a = h->json_str(h->json_at(archs, i));
+        if (a && strcmp(a, "DFlashDraftModel") == 0)
+            score = 100;
+    }
+    return score;
+}
+
+/* Reads a positive integer field from the first of `objs` that has it. */
+static loom_status need_int(const loom_host *h, const loom_checkpoint *ckpt,
+                            const loom_json *const *objs, int n_objs,
+                            const char *key, int64_t min, int64_t *out,
+                            loom_err *err)
+{
+    for (int i = 0; i < n_objs; i++) {
+        const loom_json *v = h->json_get(objs[i], key);
+        loom_json_type t = h->json_type(v);
+        if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL)
+            continue;
+        if (t != LOOM_JSON_INT)
+            return loom_err_set(err, LOOM_ERR_FORMAT,
+                                "%s/config.json: %s must be an integer",
+                                h->checkpoint_path(ckpt), key);
+        int64_t x = h->json_int(v);
+        if (x < min)
+            return loom_err_set(err, LOOM_ERR_FORMAT,
+                                "%s/config.json: %s is %lld, must be >= %lld",
+                                h->checkpoint_path(ckpt), key, (long long)x,
+                                (long long)min);
+        *out = x;
+        return LOOM_OK;
+    }
+    return loom_err_set(err, LOOM_ERR_FORMAT,
+                        "%s/config.json: missing required field %s",
+                        h->checkpoint_path(ckpt), key);
+}
+
+loom_status dflash_parse_geometry(const loom_host *h,
+                                  const loom_checkpoint *ckpt,
+                                  dflash_geometry *g, loom_err *err)
+{
+    memset(g, 0, sizeof *g);
+    const loom_json *cfg = h->config(ckpt);
+    const loom_json *dc = h->json_get(cfg, "dflash_config");
+    const loom_json *top[] = {cfg};
+    const loom_json *both[] = {dc, cfg}; /* dflash_config wins */
+    const char *path = h->checkpoint_path(ckpt);
+    int64_t v;
+    loom_status rc;
+#define NEED(objs, key, min, field)                                            \
+    do {                                                                       \
+        rc = need_int(h, ckpt, objs, (int)(sizeof objs / sizeof *objs), key,   \
+                      min, &v, err);                                           \
+        if (rc != LOOM_OK)                                                     \
+            return rc;                                                         \
+        g->field = (int32_t)v;                                                 \
+    } while (0)
+    NEED(top, "hidden_size", 1, hidden);
+    NEED(top, "intermediate_size", 1, ffn);
+    NEED(top, "num_hidden_layers", 1, n_layers);
+    NEED(top, "num_attention_heads", 1, n_heads);
+    NEED(top, "num_key_value_heads", 1, n_kv_heads);
+    NEED(top, "vocab_size", 1, vocab);
+    NEED(both, "block_size", 2, block_size);
+    NEED(both, "mask_token_id", 0, mask_token);
+#undef NEED
+    g->target_hidden = g->hidden;
+    const loom_json *th = h->json_get(cfg, "target_hidden_size");
+    if (h->json_type(th) == LOOM_JSON_INT && h->json_int(th) > 0)
+        g->target_hidden = (int32_t)h->json_int(th);
+    const loom_json *hd = h->json_get(cfg, "head_dim");
+    g->head_dim = h->json_type(hd) == LOOM_JSON_INT
+                      ? (int32_t)h->json_int(hd)
+                      : g->hidden / g->n_heads;
+    if (g->head_dim <= 0)
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "%s/config.json: head_dim is %d, must be > 0",
+                            path, g->head_dim);
+    if (g->n_heads % g->n_kv_heads != 0)
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "%s/config.json: num_attention_heads %d is not a "
+                            "multiple of num_key_value_heads %d",
+                            path, g->n_heads, g->n_kv_heads);
+    if (g->mask_token >= g->vocab)
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "%s/config.json: mask_token_id %d is not below "
+                            "vocab_size %d",
+                            path, g->mask_token, g->vocab);
+    const loom_json *ntl = h->json_get(cfg, "num_target_layers");
+    if (h->json_type(ntl) == LOOM_JSON_INT)
+        g->n_target_layers = (int32_t)h->json_int(ntl);
+
+    const loom_json *ids = h->json_get(dc, "target_layer_ids");
+    if (h->json_type(ids) != LOOM_JSON_ARRAY)
+        ids = h->json_get(cfg, "target_layer_ids");
+    if (h->json_type(ids) != LOOM_JSON_ARRAY || h->json_len(ids) == 0)
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "%s/config.json: missing required field "
+                            "dflash_config.target_layer_ids",
+                            path);
+    if (h->json_len(ids) > DFLASH_MAX_TAPS)
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "%s/config.json: target_layer_ids has %zu "
+                            "entries, at most %d supported",
+                            path, h->json_len(ids), DFLASH_MAX_TAPS);
+    for (size_t i = 0; i < h->json_len(ids); i++) {
+        const loom_json *e = h->json_at(ids, i);
+        int64_t id = h->json_int(e);
+        if (h->json_type(e) != LOOM_JSON_INT || id < 0 ||
+            (g->n_target_layers > 0 && id >= g->n_target_layers))
+            return loom_err_set(err, LOOM_ERR_FORMAT,
+                                "%s/config.json: target_layer_ids[%zu] is "
+                                "not a layer index below num_target_layers "
+                                "%d",
+                                path, i, g->n_target_layers);
+        g->taps[g->n_taps++] = (int32_t)id;
+    }
+
+    g->rms_eps = 1e-6;
+    const loom_json *eps = h->json_get(cfg, "rms_norm_eps");
+    if (h->json_type(eps) == LOOM_JSON_REAL || h->json_type(eps) == LOOM_JSON_INT)
+        g->rms_eps = h->json_real(eps);
+    g->rope_theta = 10000.0;
+    const loom_json *rp = h->json_get(cfg, "rope_parameters");
+    const loom_json *th2 = h->json_get(rp, "rope_theta");
+    if (h->json_type(th2) == LOOM_JSON_MISSING)
+        th2 = h->json_get(cfg, "rope_theta");
+    if (h->json_type(th2) == LOOM_JSON_REAL || h->json_type(th2) == LOOM_JSON_INT)
+        g->rope_theta = h->json_real(th2);
+    const loom_json *mp = h->json_get(cfg, "max_position_embeddings");
+    g->max_position = h->json_type(mp) == LOOM_JSON_INT ? h->json_int(mp) : 0;
+    return LOOM_OK;
+}

@@ -1,0 +1,148 @@
+/* The Nemotron-H plugin's internal types: geometry parsed from config.json,
+ * the bound weights, the loaded model and the per-stream cache, shared by the
+ * plugin's source files (see docs/specs/nemotron-h.md for the maths). */
+#ifndef NEMOTRON_H_INTERNAL
+#define NEMOTRON_H_INTERNAL
+
+#include <loom/cpu_ops.h>
+#include <loom/plugin.h>
+
+/* Block kinds, one character per layer as in hybrid_override_pattern. */
+enum {
+    NEM_MAMBA = 'M',
+    NEM_ATTN = '*',
+    NEM_MLP = '-',
+    NEM_MOE = 'E'
+};
+
+/* Longest pattern accepted; real models have at most ~120 layers. */
+#define NEM_MAX_LAYERS 1024
+
+typedef struct nem_geometry {
+    int32_t vocab, hidden, n_layers;
+    char kinds[NEM_MAX_LAYERS + 1]; /* pattern, NUL-terminated */
+    int32_t n_mamba, n_attn, n_mlp, n_moe;
+    float eps;
+    int tie_embeddings;
+    int64_t max_context; /* max_position_embeddings */
+    int32_t bos;
+    int32_t n_eos, eos[LOOM_MAX_EOS];
+
+    /* Mamba-2 (when n_mamba > 0) */
+    int32_t m_heads;    /* nh */
+    int32_t m_head_dim; /* P */
+    int32_t d_inner;    /* nh * P; `expand` is ignored */
+    int32_t ssm_state;  /* N */
+    int32_t n_groups;   /* ng: B/C groups and gated-norm groups */
+    int32_t conv_kernel;
+    int32_t conv_dim;    /* d_inner + 2 ng N */
+    int32_t in_proj_dim; /* 2 d_inner + 2 ng N + nh */
+    int use_conv_bias, use_bias;
+
+    /* attention (when n_attn > 0): no bias, no positional encoding */
+    int32_t n_q_heads, n_kv_heads, head_dim;
+
+    /* relu² MLP (when n_mlp > 0) */
+    int32_t mlp_inter;
+
+    /* MoE (when n_moe > 0) */
+    int32_t n_experts, top_k, moe_inter, shared_inter;
+    int32_t n_group, topk_group;
+    int norm_topk;
+    float routed_scale;
+} nem_geometry;
+
+/* Parses config.json (text part) into g; refuses by field name and value. */
+loom_status nem_geometry_parse(const loom_host *host,
+                               const loom_checkpoint *ckpt, nem_geometry *g,
+                               loom_err *err);
+/* Reports g field by field (loom inspect). */
+void nem_geometry_report(const nem_geometry *g, const loom_fields *out);
+
+typedef struct nem_layer {
+    char kind;
+    float *norm; /* [hidden] */
+    int32_t slot; /* index among the cache's layers of this kind */
+
+    /* Mamba-2 */
+    loom_weight in_proj, out_proj;
+    float *in_bias, *out_bias; /* NULL unless use_bias */
+    float *conv_w;             /* [conv_dim, K] */
+    float *conv_b;             /* [conv_dim] or NULL */
+    float *A;                  /* -exp(A_log), [nh] */
+    float *D, *dt_bias;        /* [nh] */
+    float *gnorm;              /* [d_inner] */
+
+    /* attention */
+    loom_weight wq, wk, wv, wo;
+
+    /* MLP (and the MoE shared expert) */
+    loom_weight up, down;
+
+    /* MoE */
+    loom_weight router;   /* [n_experts, hidden], run in float32 */
+    float *score_bias;    /* e_score_correction_bias [n_experts] */
+    loom_weight *ex_up;   /* [n_experts] of [moe_inter, hidden] */
+    loom_weight *ex_down; /* [n_experts] of [hidden, moe_inter] */
+} nem_layer;
+
+struct loom_model {
+    const loom_host *host;
+    const loom_checkpoint *ckpt;
+    nem_geometry g;
+    char *layer_kinds; /* describe's letters: M A - E */
+    loom_weight embed, lm_head;
+    float *norm_f;
+    nem_layer *layers;
+    int32_t max_rows;
+    int64_t max_context;
+};
+
+/* Binds every tensor of the checkpoint into m->layers etc. (m->g set).
+ * On failure frees what it bound. */
+loom_status nem_weights_bind(loom_model *m, loom_err *err);
+void nem_weights_free(loom_model *m);
+
+/* ---------------------------------------------------------------- cache */
+
+/* What one Mamba layer keeps per stream, plus the speculative window's log
+ * (see cache.c). */
+typedef struct nem_mamba_state {
+    float *tail; /* [K-1, conv_dim], oldest first, pre-activation */
+    float *ssm;  /* [nh, P, N] */
+    /* window: the state just before the first speculative row, and per
+     * speculative row the conv input and the scan's inputs */
+    float *snap_tail; /* [K-1, conv_dim] */
+    float *snap_ssm;  /* [nh, P, N] */
+    float *log_in;    /* [cap, conv_dim] pre-conv xBC */
+    float *log_xbc;   /* [cap, conv_dim] post-conv, post-silu xBC */
+    float *log_dt;    /* [cap, nh] softplus'd dt */
+} nem_mamba_state;
+
+struct loom_cache {
+    int64_t len;           /* positions fed (and kept) so far */
+    nem_mamba_state *mamba; /* [n_mamba] */
+    loom_cpu_kv *kv;        /* [n_attn] */
+    int32_t n_spec;        /* speculative rows of the last forward, 0: none */
+    int32_t spec_cap;      /* rows the window log can hold */
+    int has_snapshot;      /* snap_* buffers allocated */
+};
+
+loom_status nem_cache_new(loom_model *m, loom_cache **out, loom_err *err);
+void nem_cache_reset(loom_model *m, loom_cache *c);
+void nem_cache_free(loom_model *m, loom_cache *c);
+/* Makes room for n_new more positions and, when n_spec > 0, a window log
+ * of n_spec rows. On failure the cache is unchanged in content. */
+loom_status nem_cache_reserve(loom_model *m, loom_cache *c, int64_t n_new,
+                              int32_t n_spec, loom_err *err);
+loom_status nem_cache_commit(loom_model *m, loom_cache *c, int32_t kept,
+                             loom_err *err);
+uint64_t nem_cache_bytes_fixed(const nem_geometry *g);
+uint64_t nem_cache_bytes_per_token(const nem_geometry *g);
+
+/* ---------------------------------------------------------------- forward */
+
+loom_status nem_forward(loom_model *m, const loom_round *round,
+                        const loom_output *out, loom_err *err);
+
+#endif

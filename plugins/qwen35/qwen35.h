@@ -1,0 +1,198 @@
+/* Internal declarations shared by the files of the Qwen3.5 / Qwen3-Next
+ * family plugin: geometry, bound weights, the stream cache and the model. */
+#ifndef QWEN35_H
+#define QWEN35_H
+
+#include <loom/cpu_ops.h>
+#include <loom/plugin.h>
+
+#define Q35_MAX_LAYERS 512
+
+typedef enum q35_variant {
+    Q35_VARIANT_QWEN35 = 0, /* split in_proj_qkv / z / b / a */
+    Q35_VARIANT_NEXT = 1    /* fused in_proj_qkvz / ba, grouped by key head */
+} q35_variant;
+
+/* Everything config.json says about the text model. */
+typedef struct q35_geometry {
+    q35_variant variant;
+    int nested; /* text fields under text_config */
+    int64_t vocab, hidden, ffn, n_layers;
+    int64_t n_heads, n_kv_heads, head_dim, rot_dim;
+    double partial_rotary, rope_theta;
+    int64_t lin_k_heads, lin_v_heads, lin_dk, lin_dv, conv_kernel;
+    double eps;
+    int tied;
+    int64_t max_pos;
+    /* MoE (Qwen3-Next): 0 experts means every layer has a dense MLP */
+    int64_t n_experts, top_k, moe_ffn, shared_ffn;
+    int norm_topk;
+    char moe_layer[Q35_MAX_LAYERS]; /* 1: layer i has the MoE block */
+    char kinds[Q35_MAX_LAYERS + 1]; /* 'L' linear attention, 'A' attention */
+    int32_t n_eos;
+    int32_t eos[LOOM_MAX_EOS];
+} q35_geometry;
+
+/* derived widths */
+static inline int64_t q35_key_dim(const q35_geometry *g)
+{
+    return g->lin_k_heads * g->lin_dk;
+}
+static inline int64_t q35_value_dim(const q35_geometry *g)
+{
+    return g->lin_v_heads * g->lin_dv;
+}
+static inline int64_t q35_conv_dim(const q35_geometry *g)
+{
+    return 2 * q35_key_dim(g) + q35_value_dim(g);
+}
+
+/* Parses config.json (and generation_config.json for eos ids). Refuses with
+ * LOOM_ERR_FORMAT naming the field and its value. */
+loom_status q35_geometry_parse(const loom_host *host,
+                               const loom_checkpoint *ckpt, q35_geometry *g,
+                               loom_err *err);
+/* Reports every field of g through `out`. */
+void q35_geometry_report(const q35_geometry *g, const loom_fields *out);
+
+typedef struct q35_expert {
+    loom_weight gate, up, down;
+} q35_expert;
+
+typedef struct q35_layer {
+    char kind; /* 'L' or 'A' */
+    float *in_norm, *post_norm; /* [hidden], effective multipliers */
+    /* full attention */
+    loom_weight q_proj, k_proj, v_proj, o_proj;
+    float *q_norm, *k_norm; /* [head_dim], effective multipliers */
+    /* Gated DeltaNet */
+    loom_weight in_qkv, in_z, in_b, in_a; /* Qwen3.5 */
+    loom_weight in_qkvz, in_ba;           /* Qwen3-Next */
+    loom_weight out_proj;
+    float *conv_w;   /* [conv_dim, K] */
+    float *neg_a;    /* [Hv] -exp(A_log) */
+    float *dt_bias;  /* [Hv] */
+    float *gnorm;    /* [dv] plain weight of the gated norm */
+    /* dense MLP */
+    loom_weight gate, up, down;
+    /* MoE */
+    int moe;
+    loom_weight router;              /* [E, hidden] */
+    q35_expert *experts;             /* [E] */
+    loom_weight sh_gate, sh_up, sh_down, sh_gate_w; /* shared expert */
+} q35_layer;
+
+typedef struct q35_weights {
+    loom_weight embed;   /* [vocab, hidden] */
+    loom_weight lm_head; /* == embed when tied */
+    float *norm;         /* [hidden], effective multiplier */
+    q35_layer *layers;
+    int norms_shifted;   /* MLX files carry 1 + w already */
+    void *floats;        /* one block holding every float array above */
+} q35_weights;
+
+/* Binds every tensor named by g, checking shapes. On failure nothing is
+ * left allocated. */
+loom_status q35_weights_bind(const loom_host *host,
+                             const loom_checkpoint *ckpt,
+                             const q35_geometry *g, q35_weights *w,
+                             loom_err *err);
+void q35_weights_free(q35_weights *w);
+
+/* What one speculative row leaves in the replay log of one GDN layer:
+ * the conv input (pre-activation), and the recurrence inputs. */
+typedef struct q35_log_layout {
+    int64_t conv;  /* offset of conv input [conv_dim] */
+    int64_t k;     /* [Hk*dk], l2-normalised */
+    int64_t v;     /* [Hv*dv] */
+    int64_t decay; /* [Hv] exp(g) */
+    int64_t beta;  /* [Hv] */
+    int64_t size;  /* floats per row per layer */
+} q35_log_layout;
+
+struct loom_cache {
+    int64_t len;          /* positions fed */
+    loom_cpu_kv *kv;      /* [n_attn] */
+    float *conv;          /* [n_lin][(K-1) * conv_dim] oldest first */
+    float *state;         /* [n_lin][Hv][dk][dv] fp32 recurrent state */
+    /* speculation (see cache.c) */
+    int32_t spec_n;       /* speculative rows since the snapshot */
+    int64_t spec_start;   /* len when the snapshot was taken */
+    float *snap_conv;     /* copy of conv at spec_start */
+    float *snap_state;    /* copy of state at spec_start */
+    float *log;           /* [log_cap][n_lin][layout.size] */
+    int32_t log_cap;
+};
+
+typedef struct q35_scratch {
+    int64_t rows; /* capacity in rows */
+    float *h, *xn, *proj;          /* [R, hidden] */
+    float *big0, *big1, *big2;     /* [R, big] */
+    float *conv_out;               /* [R, conv_dim] */
+    float *o;                      /* [R, max(value_dim, nh*hd)] */
+    float *z, *b, *a;              /* [R, value_dim], [R, Hv], [R, Hv] */
+    float *decay, *beta;           /* [R, Hv] */
+    float *moe_prob;               /* [R, E] */
+    int64_t big;
+} q35_scratch;
+
+struct loom_model {
+    const loom_host *host;
+    const loom_checkpoint *ckpt;
+    q35_geometry g;
+    q35_weights w;
+    int n_lin, n_attn;
+    int *slot;            /* layer -> index among its kind */
+    float *inv_freq;      /* [rot_dim / 2] */
+    q35_log_layout log;
+    int32_t max_rows;
+    int64_t max_context;
+    q35_scratch s;
+    /* per-round bookkeeping, grown as needed */
+    loom_cache **streams; /* distinct caches of the round */
+    int32_t *row_stream;  /* row -> index into streams */
+    int32_t *stream_first, *stream_count;
+    int32_t *stream_rows; /* rows grouped by stream, in round order */
+    int32_t streams_cap;
+};
+
+/* stream cache (cache.c) */
+loom_status q35_cache_new(loom_model *m, loom_cache **out, loom_err *err);
+void q35_cache_reset(loom_model *m, loom_cache *c);
+void q35_cache_free(loom_model *m, loom_cache *c);
+loom_status q35_commit(loom_model *m, loom_cache *c, int32_t kept,
+                       loom_err *err);
+uint64_t q35_cache_fixed_bytes(const loom_model *m);
+uint64_t q35_cache_token_bytes(const loom_model *m);
+/* Makes room for `n_new` more rows, `n_spec` of them speculative, before a
+ * forward changes anything; takes the snapshot when speculation starts. */
+loom_status q35_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
+                              int32_t n_spec, int first_is_spec,
+                              loom_err *err);
+/* The replay-log slot of speculative row `i` (0-based since the snapshot)
+ * for GDN layer slot `l`. */
+float *q35_cache_log(const loom_model *m, loom_cache *c, int32_t i, int l);
+
+/* One delta-rule step of value head state S [dk, dv]:
+ * S *= decay; d = (v - S^T k) * beta; S += k d^T; o = S^T q (when q).
+ * tmp: dv floats. */
+void q35_gdn_step(float *S, const float *q, const float *k, const float *v,
+                  float decay, float beta, float *o, int64_t dk, int64_t dv,
+                  float *tmp);
+
+/* the forward (cpu.c) */
+loom_status q35_forward(loom_model *m, const loom_round *round,
+                        const loom_output *out, loom_err *err);
+void q35_scratch_free(q35_scratch *s);
+
+/* model lifetime (model.c) */
+loom_status q35_open(const loom_host *host, const loom_checkpoint *ckpt,
+                     const loom_model_options *opt, loom_model **out,
+                     loom_err *err);
+void q35_close(loom_model *m);
+void q35_describe(const loom_model *m, loom_model_info *info);
+
+/* probe (probe.c) */
+int32_t q35_probe(const loom_host *host, const loom_checkpoint *ckpt);
+
+#endif

@@ -1,0 +1,363 @@
+/* The float32 CPU building blocks declared in loom/cpu_ops.h. */
+#include <loom/cpu_ops.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- vectors */
+
+float loom_cpu_dot(const float *a, const float *b, int64_t n)
+{
+    /* four partial sums: lets the compiler vectorise without -ffast-math */
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+void loom_cpu_axpy(float *y, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+void loom_cpu_scale(float *x, float a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= a;
+}
+
+void loom_cpu_add(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+void loom_cpu_silu_inplace(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = loom_cpu_silu(x[i]);
+}
+
+void loom_cpu_swiglu(float *a, const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        a[i] = loom_cpu_silu(a[i]) * b[i];
+}
+
+void loom_cpu_relu2_inplace(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float r = x[i] > 0.0f ? x[i] : 0.0f;
+        x[i] = r * r;
+    }
+}
+
+int64_t loom_cpu_argmax(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* ---------------------------------------------------------------- norms */
+
+/* 1 / sqrt(mean(x²) + eps), accumulated in double so long rows lose nothing */
+static float inv_rms(const float *x, int64_t n, float eps)
+{
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    return (float)(1.0 / sqrt((double)(float)(ss / (double)n) + eps));
+}
+
+void loom_cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n,
+                      float eps)
+{
+    float r = inv_rms(x, n, eps);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (x[i] * r) * (w ? w[i] : 1.0f);
+}
+
+void loom_cpu_rmsnorm_1p(float *out, const float *x, const float *w,
+                         int64_t n, float eps)
+{
+    float r = inv_rms(x, n, eps);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (x[i] * r) * (1.0f + w[i]);
+}
+
+void loom_cpu_rmsnorm_gated(float *out, const float *x, const float *gate,
+                            const float *w, int64_t n, float eps)
+{
+    float r = inv_rms(x, n, eps);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (w[i] * (x[i] * r)) * loom_cpu_silu(gate[i]);
+}
+
+void loom_cpu_l2norm(float *x, int64_t n, float eps)
+{
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt((double)(float)ss + eps));
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= r;
+}
+
+void loom_cpu_softmax(float *x, int64_t n)
+{
+    if (n <= 0)
+        return;
+    float m = x[0];
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > m)
+            m = x[i];
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
+/* ---------------------------------------------------------------- RoPE */
+
+void loom_cpu_rope_inv_freq(float *inv_freq, int64_t rot_dim, double theta)
+{
+    for (int64_t i = 0; i < rot_dim / 2; i++) {
+        /* torch: 1.0 / base ** (arange(0, dim, 2).float() / dim), float32 */
+        float e = (float)(2 * i) / (float)rot_dim;
+        inv_freq[i] = (float)(1.0 / (double)powf((float)theta, e));
+    }
+}
+
+void loom_cpu_rope_neox(float *x, int64_t n_heads, int64_t head_dim,
+                        int64_t rot_dim, const float *inv_freq, int64_t pos)
+{
+    int64_t half = rot_dim / 2;
+    for (int64_t i = 0; i < half; i++) {
+        float ang = (float)pos * inv_freq[i];
+        float c = cosf(ang), s = sinf(ang);
+        for (int64_t h = 0; h < n_heads; h++) {
+            float *xh = x + h * head_dim;
+            float a = xh[i], b = xh[i + half];
+            xh[i] = a * c - b * s;
+            xh[i + half] = b * c + a * s;
+        }
+    }
+}
+
+void loom_cpu_rope_interleaved(float *x, int64_t n_heads, int64_t head_dim,
+                               int64_t rot_dim, const float *inv_freq,
+                               int64_t pos)
+{
+    for (int64_t i = 0; i < rot_dim / 2; i++) {
+        float ang = (float)pos * inv_freq[i];
+        float c = cosf(ang), s = sinf(ang);
+        for (int64_t h = 0; h < n_heads; h++) {
+            float *xh = x + h * head_dim;
+            float a = xh[2 * i], b = xh[2 * i + 1];
+            xh[2 * i] = a * c - b * s;
+            xh[2 * i + 1] = b * c + a * s;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- KV store */
+
+void loom_cpu_kv_init(loom_cpu_kv *kv, int64_t width)
+{
+    memset(kv, 0, sizeof *kv);
+    kv->width = width;
+}
+
+loom_status loom_cpu_kv_reserve(loom_cpu_kv *kv, int64_t n_pos, loom_err *err)
+{
+    if (n_pos <= kv->cap)
+        return LOOM_OK;
+    int64_t cap = kv->cap ? kv->cap : 64;
+    while (cap < n_pos)
+        cap *= 2;
+    size_t bytes = (size_t)cap * (size_t)kv->width * sizeof(float);
+    /* both reallocs must succeed before the store changes */
+    float *k = malloc(bytes);
+    float *v = malloc(bytes);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return loom_err_set(err, LOOM_ERR_NOMEM,
+                            "KV cache: cannot grow to %lld positions "
+                            "(%zu bytes per side)",
+                            (long long)cap, bytes);
+    }
+    size_t used = (size_t)kv->len * (size_t)kv->width * sizeof(float);
+    if (used) {
+        memcpy(k, kv->k, used);
+        memcpy(v, kv->v, used);
+    }
+    free(kv->k);
+    free(kv->v);
+    kv->k = k;
+    kv->v = v;
+    kv->cap = cap;
+    return LOOM_OK;
+}
+
+void loom_cpu_kv_put(loom_cpu_kv *kv, int64_t pos, const float *k,
+                     const float *v)
+{
+    memcpy(kv->k + pos * kv->width, k, (size_t)kv->width * sizeof(float));
+    memcpy(kv->v + pos * kv->width, v, (size_t)kv->width * sizeof(float));
+    if (pos + 1 > kv->len)
+        kv->len = pos + 1;
+}
+
+void loom_cpu_kv_truncate(loom_cpu_kv *kv, int64_t len)
+{
+    if (len < kv->len)
+        kv->len = len < 0 ? 0 : len;
+}
+
+void loom_cpu_kv_free(loom_cpu_kv *kv)
+{
+    free(kv->k);
+    free(kv->v);
+    loom_cpu_kv_init(kv, kv->width);
+}
+
+uint64_t loom_cpu_kv_bytes(const loom_cpu_kv *kv)
+{
+    return 2u * (uint64_t)kv->cap * (uint64_t)kv->width * sizeof(float);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+void loom_cpu_attend_head(float *out, const float *q, const float *k,
+                          const float *v, int64_t n_ctx, int64_t stride,
+                          int64_t head_dim, float scale, float *scores)
+{
+    for (int64_t p = 0; p < n_ctx; p++)
+        scores[p] = scale * loom_cpu_dot(q, k + p * stride, head_dim);
+    loom_cpu_softmax(scores, n_ctx);
+    memset(out, 0, (size_t)head_dim * sizeof(float));
+    for (int64_t p = 0; p < n_ctx; p++)
+        loom_cpu_axpy(out, scores[p], v + p * stride, head_dim);
+}
+
+void loom_cpu_attend_head_blocked(float *out, const float *q, const float *k,
+                                  const float *v, int64_t n_ctx,
+                                  int64_t stride, int64_t head_dim,
+                                  float scale)
+{
+    enum { BLOCK = 256 };
+    float sc[BLOCK];
+    float m = -INFINITY;
+    double sum = 0.0;
+    memset(out, 0, (size_t)head_dim * sizeof(float));
+    for (int64_t p0 = 0; p0 < n_ctx; p0 += BLOCK) {
+        int64_t nb = n_ctx - p0 < BLOCK ? n_ctx - p0 : BLOCK;
+        float bm = -INFINITY;
+        for (int64_t j = 0; j < nb; j++) {
+            sc[j] = scale * loom_cpu_dot(q, k + (p0 + j) * stride, head_dim);
+            if (sc[j] > bm)
+                bm = sc[j];
+        }
+        if (bm > m) {
+            /* rescale what was accumulated under the old maximum */
+            float r = expf(m - bm);
+            sum *= r;
+            loom_cpu_scale(out, r, head_dim);
+            m = bm;
+        }
+        for (int64_t j = 0; j < nb; j++) {
+            float e = expf(sc[j] - m);
+            sum += e;
+            loom_cpu_axpy(out, e, v + (p0 + j) * stride, head_dim);
+        }
+    }
+    if (n_ctx > 0)
+        loom_cpu_scale(out, (float)(1.0 / sum), head_dim);
+}
+
+void loom_cpu_attend_row(float *out, const float *q, const loom_cpu_kv *kv,
+                         int64_t n_ctx, int64_t n_heads, int64_t n_kv_heads,
+                         int64_t head_dim, float scale, float *scores)
+{
+    int64_t group = n_heads / n_kv_heads;
+    for (int64_t h = 0; h < n_heads; h++) {
+        int64_t kvh = h / group;
+        loom_cpu_attend_head(out + h * head_dim, q + h * head_dim,
+                             kv->k + kvh * head_dim, kv->v + kvh * head_dim,
+                             n_ctx, kv->width, head_dim, scale, scores);
+    }
+}
+
+/* ---------------------------------------------------------------- conv */
+
+void loom_cpu_conv_step(float *out, const float *x, float *tail,
+                        const float *w, const float *bias, int64_t channels,
+                        int64_t kernel)
+{
+    int64_t kt = kernel - 1;
+    for (int64_t c = 0; c < channels; c++) {
+        const float *wc = w + c * kernel;
+        float xc = x[c];
+        float s = bias ? bias[c] : 0.0f;
+        for (int64_t j = 0; j < kt; j++)
+            s += wc[j] * tail[j * channels + c];
+        s += wc[kt] * xc;
+        /* shift this channel's column of the tail, then append */
+        for (int64_t j = 0; j + 1 < kt; j++)
+            tail[j * channels + c] = tail[(j + 1) * channels + c];
+        if (kt > 0)
+            tail[(kt - 1) * channels + c] = xc;
+        out[c] = s;
+    }
+}
+
+/* ---------------------------------------------------------------- tensors */
+
+float loom_cpu_load_f32(const void *data, loom_dtype dtype, int64_t i)
+{
+    switch (dtype) {
+    case LOOM_DTYPE_BF16:
+        return loom_bf16_to_f32(((const uint16_t *)data)[i]);
+    case LOOM_DTYPE_F16:
+        return loom_f16_to_f32(((const uint16_t *)data)[i]);
+    default:
+        return ((const float *)data)[i];
+    }
+}
+
+loom_status loom_cpu_tensor_f32(const loom_tensor *t, float *out, int64_t n,
+                                loom_err *err)
+{
+    int64_t count = 1;
+    for (int32_t d = 0; d < t->ndim; d++)
+        count *= t->shape[d];
+    if (t->dtype != LOOM_DTYPE_F32 && t->dtype != LOOM_DTYPE_F16 &&
+        t->dtype != LOOM_DTYPE_BF16)
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "tensor %s: dtype %d is not F32, F16 or BF16",
+                            t->name ? t->name : "?", (int)t->dtype);
+    if (count != n)
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "tensor %s: %lld elements, expected %lld",
+                            t->name ? t->name : "?", (long long)count,
+                            (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = loom_cpu_load_f32(t->data, t->dtype, i);
+    return LOOM_OK;
+}
