@@ -10,17 +10,18 @@
 
 static void help(FILE *out)
 {
-    fprintf(out,
-            "usage: loom inspect MODEL [--json] [--tensors] [--family NAME] "
-            "[--plugin-path DIR]...\n\n"
-            "MODEL is a checkpoint directory or an org/name id in the local "
-            "Hugging Face\nhub cache. Prints the plugin that claims it and the "
-            "geometry that plugin parsed.\n\n"
-            "  --json              one JSON object for machines\n"
-            "  --tensors           also list every tensor (dtype, shape, "
-            "bytes) and the total\n"
-            "  --family NAME       force a family (or drafter) plugin by name\n"
-            "  --plugin-path DIR   search DIR for plugins first (repeatable)\n");
+    fprintf(
+        out,
+        "usage: loom inspect MODEL [--json] [--tensors] [--family NAME] "
+        "[--plugin-path DIR]...\n\n"
+        "MODEL is a checkpoint directory or an org/name id in the local "
+        "Hugging Face\nhub cache. Prints the plugin that claims it and the "
+        "geometry that plugin parsed.\n\n"
+        "  --json              one JSON object for machines\n"
+        "  --tensors           also list every tensor (dtype, shape, "
+        "bytes) and the total\n"
+        "  --family NAME       force a family (or drafter) plugin by name\n"
+        "  --plugin-path DIR   search DIR for plugins first (repeatable)\n");
 }
 
 static void LOOM_ABI f_i64(void *ctx, const char *k, int64_t v)
@@ -107,12 +108,12 @@ int loom_cmd_inspect(int argc, char **argv)
     }
     int32_t score = ref->plugin->probe(&hs.host, ckpt);
     if (json) {
-        json_t *root = json_pack(
-            "{s:s, s:s, s:s, s:s, s:s, s:i, s:O}", "checkpoint",
-            loom_checkpoint_dir(ckpt), "plugin", ref->plugin->name, "kind",
-            drafter ? "drafter" : "family", "version",
-            ref->plugin->version ? ref->plugin->version : "", "path",
-            ref->path, "score", (int)score, "geometry", geo);
+        json_t *root =
+            json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:O}", "checkpoint",
+                      loom_checkpoint_dir(ckpt), "plugin", ref->plugin->name,
+                      "kind", drafter ? "drafter" : "family", "version",
+                      ref->plugin->version ? ref->plugin->version : "", "path",
+                      ref->path, "score", (int)score, "geometry", geo);
         char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         printf("%s\n", s);
         free(s);

@@ -21,7 +21,7 @@ static void help(FILE *out)
 
 static const char *kind_name(int32_t k)
 {
-    return k == LOOM_PLUGIN_FAMILY ? "family"
+    return k == LOOM_PLUGIN_FAMILY    ? "family"
            : k == LOOM_PLUGIN_DRAFTER ? "drafter"
                                       : "?";
 }
@@ -45,8 +45,7 @@ int loom_cmd_plugins(int argc, char **argv)
             return 2;
         if (r == 0 || strcmp(argv[i], "--plugin-path") != 0) {
             if (r == 0) {
-                fprintf(stderr, "loom plugins: unknown option '%s'\n",
-                        argv[i]);
+                fprintf(stderr, "loom plugins: unknown option '%s'\n", argv[i]);
                 help(stderr);
                 return 2;
             }
@@ -77,15 +76,13 @@ int loom_cmd_plugins(int argc, char **argv)
                                kind_name(r->plugin->kind), "version",
                                r->plugin->version ? r->plugin->version : "",
                                "abi", abi, "path", r->path, "description",
-                               r->plugin->description
-                                   ? r->plugin->description
-                                   : ""));
+                               r->plugin->description ? r->plugin->description
+                                                      : ""));
         }
         for (int i = 0; i < loom_registry_refused_count(reg); i++) {
             const loom_refusal *f = loom_registry_refused_at(reg, i);
-            json_array_append_new(
-                bad, json_pack("{s:s, s:s}", "path", f->path, "reason",
-                               f->reason));
+            json_array_append_new(bad, json_pack("{s:s, s:s}", "path", f->path,
+                                                 "reason", f->reason));
         }
         for (int i = 0; i < loom_registry_dir_count(reg); i++)
             json_array_append_new(dirs,

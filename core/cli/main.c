@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <loom/plugin.h>
+
 #include "commands.h"
 
 typedef int (*cmd_fn)(int argc, char **argv);
@@ -45,17 +47,18 @@ static const struct command commands[] = {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "loom %s: an LLM inference engine\n\n"
-                 "usage: loom COMMAND [options]\n\ncommands:\n",
+    fprintf(out,
+            "loom %s: an LLM inference engine\n\n"
+            "usage: loom COMMAND [options]\n\ncommands:\n",
             LOOM_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (commands[i].fn)
-            fprintf(out, "  %-16s %s\n", commands[i].name,
-                    commands[i].summary);
-    fprintf(out, "\n`loom COMMAND --help` describes a command's options.\n"
-                 "Plugins are searched in --plugin-path DIR, $LOOM_PLUGIN_PATH, "
-                 "the plugins/ directory beside the executable, then the "
-                 "install directory.\n");
+            fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out,
+            "\n`loom COMMAND --help` describes a command's options.\n"
+            "Plugins are searched in --plugin-path DIR, $LOOM_PLUGIN_PATH, "
+            "the plugins/ directory beside the executable, then the "
+            "install directory.\n");
 }
 
 int main(int argc, char **argv)

@@ -28,8 +28,8 @@ loom_status loom_json_load_file(const char *path, json_t **out, loom_err *err)
     json_t *j = json_loadb(text, size, JSON_REJECT_DUPLICATES, &je);
     free(text);
     if (!j)
-        return loom_err_set(err, LOOM_ERR_FORMAT, "%s:%d:%d: %s", path,
-                            je.line, je.column, je.text);
+        return loom_err_set(err, LOOM_ERR_FORMAT, "%s:%d:%d: %s", path, je.line,
+                            je.column, je.text);
     *out = j;
     return LOOM_OK;
 }
@@ -47,7 +47,8 @@ loom_status loom_checkpoint_open(const char *model, loom_checkpoint **out,
     char path[1200];
     snprintf(path, sizeof path, "%s/config.json", c->dir);
     if (!loom_file_exists(path)) {
-        rc = loom_err_set(err, LOOM_ERR_NOT_FOUND, "%s: no config.json", c->dir);
+        rc =
+            loom_err_set(err, LOOM_ERR_NOT_FOUND, "%s: no config.json", c->dir);
         goto fail;
     }
     rc = loom_json_load_file(path, &c->config, err);

@@ -108,8 +108,8 @@ static loom_status LOOM_ABI h_tensor_find(const loom_checkpoint *c,
 {
     const loom_st *st = loom_checkpoint_tensors(c);
     if (!st)
-        return loom_err_set(err, LOOM_ERR_STATE,
-                            "%s: tensors are not loaded", loom_checkpoint_dir(c));
+        return loom_err_set(err, LOOM_ERR_STATE, "%s: tensors are not loaded",
+                            loom_checkpoint_dir(c));
     const loom_tensor *t = loom_st_find(st, name);
     if (!t)
         return loom_err_set(err, LOOM_ERR_NOT_FOUND,
@@ -168,8 +168,7 @@ static void LOOM_ABI h_matmul(const loom_host *h, const loom_weight *w,
     loom_matmul(state_of(h)->pool, w, x, y, n_tok);
 }
 
-static void LOOM_ABI h_weight_row(const loom_weight *w, int64_t row,
-                                  float *out)
+static void LOOM_ABI h_weight_row(const loom_weight *w, int64_t row, float *out)
 {
     loom_weight_row(w, row, out);
 }

@@ -33,6 +33,7 @@ typedef struct stream {
     /* lane-thread state */
     int state;
     int cancel_local; /* the callback asked to stop */
+    int stopped_by_string;
     loom_cache *cache;
     int32_t n_fed; /* prompt tokens fed */
     int32_t pos;   /* rows in the cache = the next row's position */
@@ -77,8 +78,8 @@ struct loom_lane {
     loom_row *rows;
     stream **row_stream;
     float *logits;
-    char *text; /* event text */
-    size_t cap_text;
+    char *text; /* the current event's text */
+    size_t n_text, cap_text;
 
     /* stats (under mu) */
     loom_lane_stats st;
@@ -204,15 +205,21 @@ static int text_push(loom_lane *lane, stream *s, int32_t token, loom_err *err)
     return rc;
 }
 
-/* Moves the first n held bytes into lane->text (NUL-terminated). */
+/* Starts an event's text empty. */
+static void text_reset(loom_lane *lane)
+{
+    lane->n_text = 0;
+    lane->text[0] = '\0';
+}
+
+/* Moves the first n held bytes to the end of the event's text. */
 static void text_release(loom_lane *lane, stream *s, size_t n)
 {
-    if (reserve(&lane->text, &lane->cap_text, n + 1)) {
-        n = 0; /* out of memory: the piece is lost, the stream goes on */
-    } else {
-        memcpy(lane->text, s->held, n);
-    }
-    lane->text[n] = '\0';
+    if (!reserve(&lane->text, &lane->cap_text, lane->n_text + n + 1)) {
+        memcpy(lane->text + lane->n_text, s->held, n);
+        lane->n_text += n;
+    } /* else out of memory: the piece is lost, the stream goes on */
+    lane->text[lane->n_text] = '\0';
     memmove(s->held, s->held + n, s->n_held - n);
     s->n_held -= n;
 }
@@ -226,9 +233,12 @@ static void text_flush(loom_lane *lane, stream *s)
         size_t n;
         loom_detok_flush(s->detok, &t, &n);
         held_append(s, t, n);
-    } else if (utf8_partial_tail(s->held, s->n_held)) {
-        s->n_held -= utf8_partial_tail(s->held, s->n_held);
-        held_append(s, "\xEF\xBF\xBD", 3);
+    } else {
+        size_t part = utf8_partial_tail(s->held, s->n_held);
+        if (part) {
+            s->n_held -= part;
+            held_append(s, "\xEF\xBF\xBD", 3);
+        }
     }
     text_release(lane, s, s->n_held);
 }
@@ -305,30 +315,15 @@ static void finish(loom_lane *lane, stream *s, loom_finish why, int32_t token,
         ev.n_top = res->n_top;
         ev.top = res->top;
     }
-    int has_text = lane->tok || lane->piece;
-    if (has_text) {
-        if (why == LOOM_FINISH_CANCELLED || why == LOOM_FINISH_ERROR) {
-            text_release(lane, s, 0);
-        } else if (!lane->text || lane->text[0] == '\0' ||
-                   why != LOOM_FINISH_STOP || s->n_held > 0) {
-            /* stop by a stop string has released its text already and
-             * cleared held; others flush what was held */
-            size_t pre = lane->text ? strlen(lane->text) : 0;
-            char *keep = pre ? (char *)malloc(pre) : NULL;
-            if (keep)
-                memcpy(keep, lane->text, pre);
+    if (lane->tok || lane->piece) {
+        /* a stop string already dropped the rest; cancelled and failed
+         * streams have no consumer left for what was held */
+        if ((why == LOOM_FINISH_LENGTH || why == LOOM_FINISH_CONTEXT ||
+             why == LOOM_FINISH_STOP) &&
+            !s->stopped_by_string)
             text_flush(lane, s);
-            if (keep) { /* released-before-flush text goes first */
-                size_t n = strlen(lane->text);
-                if (!reserve(&lane->text, &lane->cap_text, pre + n + 1)) {
-                    memmove(lane->text + pre, lane->text, n + 1);
-                    memcpy(lane->text, keep, pre);
-                }
-                free(keep);
-            }
-        }
         ev.text = lane->text;
-        ev.text_len = strlen(lane->text);
+        ev.text_len = lane->n_text;
     }
     if (s->cache) {
         cache_put(lane, s->cache);
@@ -340,8 +335,7 @@ static void finish(loom_lane *lane, stream *s, loom_finish why, int32_t token,
 
 static void stream_error(loom_lane *lane, stream *s, const char *msg)
 {
-    if (lane->tok || lane->piece)
-        text_release(lane, s, 0);
+    text_reset(lane);
     finish(lane, s, LOOM_FINISH_ERROR, -1, NULL, msg);
 }
 
@@ -603,9 +597,8 @@ static void deliver(loom_lane *lane, stream *s, const loom_sample_result *res,
     loom_sampler_accept(s->sampler, tok, 1);
     s->last = tok;
 
+    text_reset(lane);
     if (!s->ignore_eos && is_eos(lane, tok)) {
-        if (lane->tok || lane->piece)
-            lane->text[0] = '\0';
         finish(lane, s, LOOM_FINISH_STOP, tok, res, NULL);
         return;
     }
@@ -622,6 +615,7 @@ static void deliver(loom_lane *lane, stream *s, const loom_sample_result *res,
         if (at >= 0) {
             text_release(lane, s, (size_t)at);
             s->n_held = 0; /* the stop string and what follows: dropped */
+            s->stopped_by_string = 1;
             why = LOOM_FINISH_STOP;
         } else {
             size_t keep = stop_prefix_tail(s, s->held, s->n_held);
@@ -648,7 +642,7 @@ static void deliver(loom_lane *lane, stream *s, const loom_sample_result *res,
     ev.token = tok;
     if (has_text) {
         ev.text = lane->text;
-        ev.text_len = strlen(lane->text);
+        ev.text_len = lane->n_text;
     }
     if (s->n_logprobs >= 0) {
         ev.logprob = res->logprob;
@@ -686,7 +680,10 @@ static void reap(loom_lane *lane)
     }
     int32_t q = 0, a = 0;
     for (stream *s = lane->head; s; s = s->next)
-        (s->state == ST_QUEUED ? q : a)++;
+        if (s->state == ST_QUEUED)
+            q++;
+        else
+            a++;
     lane->n_queued = q;
     lane->n_active = a;
     loom_mutex_unlock(lane->mu);
@@ -731,8 +728,7 @@ static loom_status step(loom_lane *lane, int32_t *n_rows_out, loom_err *err)
         if (s->cancel_local && s->state != ST_DONE) {
             if (s->state != ST_QUEUED)
                 n_active--;
-            if (lane->tok || lane->piece)
-                text_release(lane, s, 0);
+            text_reset(lane);
             finish(lane, s, LOOM_FINISH_CANCELLED, -1, NULL, NULL);
         }
     }
@@ -924,8 +920,7 @@ void loom_lane_free(loom_lane *lane)
         loom_mutex_unlock(lane->mu);
         for (stream *s = lane->head; s; s = s->next)
             if (s->state != ST_DONE) {
-                if (lane->tok || lane->piece)
-                    text_release(lane, s, 0);
+                text_reset(lane);
                 finish(lane, s, LOOM_FINISH_CANCELLED, -1, NULL, NULL);
             }
         reap(lane);

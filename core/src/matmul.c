@@ -4,7 +4,6 @@
 
 #include <string.h>
 
-
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) &&         \
     !defined(_WIN32)
 /* One binary for every x86-64: the loader picks the AVX2/FMA clone where the
@@ -26,7 +25,8 @@ static float dot_f32(const float *a, const float *b, int64_t n)
     float t = 0;
     for (; i < n; i++)
         t += a[i] * b[i];
-    return t + ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    return t + ((s[0] + s[4]) + (s[1] + s[5])) +
+           ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
 LOOM_MULTIVERSION
@@ -44,7 +44,8 @@ static float dot_bf16(const uint16_t *w, const float *x, int64_t n)
     float t = 0;
     for (; i < n; i++)
         t += loom_bf16_to_f32(w[i]) * x[i];
-    return t + ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    return t + ((s[0] + s[4]) + (s[1] + s[5])) +
+           ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
 struct mm_job {
@@ -65,11 +66,11 @@ static void LOOM_ABI mm_rows(void *ctx, int64_t r0, int64_t r1)
         (w->dtype == LOOM_DTYPE_BF16 || w->dtype == LOOM_DTYPE_F32)) {
         for (int64_t r = r0; r < r1; r++) {
             if (w->dtype == LOOM_DTYPE_BF16)
-                j->y[r] = dot_bf16((const uint16_t *)w->data + r * cols, j->x,
-                                   cols);
+                j->y[r] =
+                    dot_bf16((const uint16_t *)w->data + r * cols, j->x, cols);
             else
-                j->y[r] = dot_f32((const float *)w->data + r * cols, j->x,
-                                  cols);
+                j->y[r] =
+                    dot_f32((const float *)w->data + r * cols, j->x, cols);
         }
         return;
     }

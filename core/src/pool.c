@@ -16,9 +16,9 @@
  * unclaimed part (16). A claim is a CAS on the whole word, so a worker that
  * woke late can never claim a part of a generation it did not read the
  * parameters of, nor claim one part twice. */
-#define JOB_GEN(w) ((uint32_t)((w) >> 32))
+#define JOB_GEN(w)   ((uint32_t)((w) >> 32))
 #define JOB_PARTS(w) ((int)(((w) >> 16) & 0xffff))
-#define JOB_NEXT(w) ((int)((w)&0xffff))
+#define JOB_NEXT(w)  ((int)((w)&0xffff))
 
 struct loom_pool {
     int n;
@@ -153,8 +153,8 @@ void loom_pool_run(loom_pool *p, int64_t n, loom_range_fn fn, void *ctx)
     atomic_store(&p->pending, parts);
     uint32_t gen = JOB_GEN(atomic_load(&p->job)) + 1;
     loom_mutex_lock(p->mu);
-    atomic_store(&p->job, ((uint_fast64_t)gen << 32) |
-                              ((uint_fast64_t)parts << 16));
+    atomic_store(&p->job,
+                 ((uint_fast64_t)gen << 32) | ((uint_fast64_t)parts << 16));
     loom_cond_broadcast(p->cv_work);
     loom_mutex_unlock(p->mu);
 

@@ -348,16 +348,15 @@ int loom_checkpoint_is_drafter(const loom_checkpoint *ckpt)
 }
 
 /* "architectures [A, B], model_type T" for error messages. */
-static void describe_config(const loom_checkpoint *ckpt, char *buf,
-                            size_t size)
+static void describe_config(const loom_checkpoint *ckpt, char *buf, size_t size)
 {
     json_t *cfg = loom_checkpoint_config(ckpt);
     json_t *tc = loom_checkpoint_text_config(ckpt);
     char *archs = json_dumps(json_object_get(cfg, "architectures"),
                              JSON_COMPACT | JSON_ENCODE_ANY);
     const char *mt = json_string_value(json_object_get(cfg, "model_type"));
-    const char *tmt = tc != cfg ? json_string_value(json_object_get(tc, "model_type"))
-                                : NULL;
+    const char *tmt =
+        tc != cfg ? json_string_value(json_object_get(tc, "model_type")) : NULL;
     snprintf(buf, size, "architectures %s, model_type %s%s%s",
              archs ? archs : "(none)", mt ? mt : "(none)",
              tmt ? ", text_config.model_type " : "", tmt ? tmt : "");

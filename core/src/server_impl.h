@@ -112,6 +112,8 @@ int srv_error_set(srv_error *e, int status, const char *type, const char *code,
     __attribute__((format(printf, 6, 7)))
 #endif
     ;
+/* A JSON string of possibly invalid UTF-8: invalid bytes become U+FFFD. */
+json_t *srv_json_text(const char *s, size_t n);
 /* {"error": {"message", "type", "param", "code"}} (malloc'd). */
 char *srv_error_json(const srv_error *e);
 

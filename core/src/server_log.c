@@ -75,12 +75,9 @@ char *srv_log_format(const srv_log_entry *e)
         return NULL;
     json_object_set_new(o, "time", json_string(when));
     json_object_set_new(o, "method", json_string(e->method ? e->method : ""));
-    /* json_stringn keeps a route with invalid UTF-8 from failing the line */
+    /* a route or message with invalid UTF-8 must not drop the field */
     const char *route = e->route ? e->route : "";
-    if (loom_utf8_check(route, strlen(route)) == strlen(route))
-        json_object_set_new(o, "route", json_string(route));
-    else
-        json_object_set_new(o, "route", json_string("(invalid utf-8)"));
+    json_object_set_new(o, "route", srv_json_text(route, strlen(route)));
     json_object_set_new(o, "status", json_integer(e->status));
     if (e->key)
         json_object_set_new(o, "key", json_string(e->key));
@@ -96,7 +93,7 @@ char *srv_log_format(const srv_log_entry *e)
     if (e->client_gone)
         json_object_set_new(o, "client_gone", json_true());
     if (e->error)
-        json_object_set_new(o, "error", json_string(e->error));
+        json_object_set_new(o, "error", srv_json_text(e->error, strlen(e->error)));
     char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (!s)

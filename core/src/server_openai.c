@@ -78,7 +78,7 @@ int srv_error_set(srv_error *e, int status, const char *type, const char *code,
 }
 
 /* A JSON string of possibly invalid UTF-8: invalid bytes become U+FFFD. */
-static json_t *json_text(const char *s, size_t n)
+json_t *srv_json_text(const char *s, size_t n)
 {
     json_t *j = json_stringn(s, n);
     if (j)
@@ -103,7 +103,7 @@ char *srv_error_json(const srv_error *e)
 {
     json_t *err = json_object();
     json_object_set_new(err, "message",
-                        json_text(e->message, strlen(e->message)));
+                        srv_json_text(e->message, strlen(e->message)));
     json_object_set_new(err, "type", json_string(e->type ? e->type : ""));
     json_object_set_new(err, "param",
                         e->param[0] ? json_string(e->param) : json_null());
@@ -570,7 +570,7 @@ static json_t *piece_json(srv_piece_fn piece, void *ctx, int32_t token,
         *s = "";
         *n = 0;
     }
-    return json_text(*s, *n);
+    return srv_json_text(*s, *n);
 }
 
 /* Chat: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}. */
@@ -656,7 +656,7 @@ static json_t *envelope(const srv_result *r, const char *object)
     json_object_set_new(o, "id", json_string(r->id));
     json_object_set_new(o, "object", json_string(object));
     json_object_set_new(o, "created", json_integer(r->created));
-    json_object_set_new(o, "model", json_text(r->model, strlen(r->model)));
+    json_object_set_new(o, "model", srv_json_text(r->model, strlen(r->model)));
     json_object_set_new(o, "system_fingerprint", json_string("loom"));
     return o;
 }
@@ -668,7 +668,7 @@ char *srv_response_json(const srv_result *r, int logprobs, srv_piece_fn piece,
     json_t *o = envelope(r, chat ? "chat.completion" : "text_completion");
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
-    json_t *text = json_text(r->text ? r->text : "", r->text_len);
+    json_t *text = srv_json_text(r->text ? r->text : "", r->text_len);
     if (chat) {
         json_t *msg = json_object();
         json_object_set_new(msg, "role", json_string("assistant"));
@@ -708,12 +708,12 @@ int srv_chunk_sse(srv_buf *out, const srv_result *r, int logprobs,
                 json_object_set_new(delta, "role", json_string("assistant"));
             if (role_chunk || r->text_len > 0 || !r->finish)
                 json_object_set_new(delta, "content",
-                                    json_text(r->text ? r->text : "",
+                                    srv_json_text(r->text ? r->text : "",
                                               r->text_len));
             json_object_set_new(choice, "delta", delta);
         } else {
             json_object_set_new(choice, "text",
-                                json_text(r->text ? r->text : "",
+                                srv_json_text(r->text ? r->text : "",
                                           r->text_len));
         }
         json_object_set_new(
@@ -743,7 +743,7 @@ int srv_chunk_sse(srv_buf *out, const srv_result *r, int logprobs,
 char *srv_models_json(const char *model, int64_t created)
 {
     json_t *m = json_object();
-    json_object_set_new(m, "id", json_text(model, strlen(model)));
+    json_object_set_new(m, "id", srv_json_text(model, strlen(model)));
     json_object_set_new(m, "object", json_string("model"));
     json_object_set_new(m, "created", json_integer(created));
     json_object_set_new(m, "owned_by", json_string("loom"));

@@ -328,11 +328,13 @@ static loom_status bpe_merge(const loom_tokenizer *tok, const char *s,
             goto done;
         }
     }
-    /* A byte without a token of its own is dropped, as the reference does
-     * when the model has no unk_token. */
+    /* A byte without a token of its own becomes unk_token, or is dropped
+     * when the model has none, as the reference does. */
     int32_t n = 0;
     for (size_t i = 0; i < len; i++) {
         int32_t id = tok->byte_id[(uint8_t)s[i]];
+        if (id < 0)
+            id = tok->unk_id;
         if (id < 0)
             continue;
         syms[n] = (sym){id, n - 1, -1, 1};

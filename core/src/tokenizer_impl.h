@@ -55,6 +55,9 @@ void loom__tok_mergemap_free(tok_mergemap *m);
 typedef struct tok_added {
     const char *content; /* in the arena */
     size_t len;
+    const char *pat; /* what is matched: content, normalized when the token
+                        is `normalized` */
+    size_t pat_len;
     int32_t id;
     uint8_t special, lstrip, rstrip, single_word, normalized;
 } tok_added;
@@ -105,7 +108,11 @@ struct loom_tokenizer {
     tok_added *added;
     size_t n_added;
     tok_strmap added_map;   /* content -> id */
-    uint8_t added_first[2][256]; /* [normalized] first bytes of tokens */
+    /* Added tokens ordered by the first byte of their pattern:
+     * by_byte[first[b] .. first[b + 1]) start with byte b. */
+    uint32_t *by_byte;
+    uint32_t first[257];
+    int32_t unk_id; /* -1 when the model has no unk_token */
 
     tok_norm_kind norm[TOK_MAX_STEPS];
     size_t n_norm;
@@ -124,6 +131,11 @@ int loom__tok_char_byte(uint32_t cp);
  * length. */
 size_t loom__utf8_decode(const char *s, size_t n, uint32_t *cp);
 size_t loom__utf8_encode(uint32_t cp, char *out);
+/* Length of the valid sequence at s (n >= 1 bytes), or 0 when invalid. Then
+ * *bad is the length of the maximal subpart that could start a valid
+ * sequence (>= 1; one U+FFFD replaces it), and *incomplete is 1 when the
+ * bytes ran out before the sequence could be judged. */
+size_t loom__utf8_scan(const char *s, size_t n, size_t *bad, int *incomplete);
 /* Unicode White_Space (Rust's char::is_whitespace). */
 int loom__tok_is_space(uint32_t cp);
 

@@ -8,7 +8,7 @@
 
 /* The drafter's blueprint, from config.json. */
 typedef struct dflash_geometry {
-    int32_t hidden;       /* draft hidden size */
+    int32_t hidden; /* draft hidden size */
     int32_t target_hidden;
     int32_t ffn;
     int32_t n_layers;

@@ -81,13 +81,12 @@ loom_status dflash_parse_geometry(const loom_host *h,
     if (h->json_type(th) == LOOM_JSON_INT && h->json_int(th) > 0)
         g->target_hidden = (int32_t)h->json_int(th);
     const loom_json *hd = h->json_get(cfg, "head_dim");
-    g->head_dim = h->json_type(hd) == LOOM_JSON_INT
-                      ? (int32_t)h->json_int(hd)
-                      : g->hidden / g->n_heads;
+    g->head_dim = h->json_type(hd) == LOOM_JSON_INT ? (int32_t)h->json_int(hd)
+                                                    : g->hidden / g->n_heads;
     if (g->head_dim <= 0)
         return loom_err_set(err, LOOM_ERR_FORMAT,
-                            "%s/config.json: head_dim is %d, must be > 0",
-                            path, g->head_dim);
+                            "%s/config.json: head_dim is %d, must be > 0", path,
+                            g->head_dim);
     if (g->n_heads % g->n_kv_heads != 0)
         return loom_err_set(err, LOOM_ERR_FORMAT,
                             "%s/config.json: num_attention_heads %d is not a "
@@ -130,14 +129,16 @@ loom_status dflash_parse_geometry(const loom_host *h,
 
     g->rms_eps = 1e-6;
     const loom_json *eps = h->json_get(cfg, "rms_norm_eps");
-    if (h->json_type(eps) == LOOM_JSON_REAL || h->json_type(eps) == LOOM_JSON_INT)
+    if (h->json_type(eps) == LOOM_JSON_REAL ||
+        h->json_type(eps) == LOOM_JSON_INT)
         g->rms_eps = h->json_real(eps);
     g->rope_theta = 10000.0;
     const loom_json *rp = h->json_get(cfg, "rope_parameters");
     const loom_json *th2 = h->json_get(rp, "rope_theta");
     if (h->json_type(th2) == LOOM_JSON_MISSING)
         th2 = h->json_get(cfg, "rope_theta");
-    if (h->json_type(th2) == LOOM_JSON_REAL || h->json_type(th2) == LOOM_JSON_INT)
+    if (h->json_type(th2) == LOOM_JSON_REAL ||
+        h->json_type(th2) == LOOM_JSON_INT)
         g->rope_theta = h->json_real(th2);
     const loom_json *mp = h->json_get(cfg, "max_position_embeddings");
     g->max_position = h->json_type(mp) == LOOM_JSON_INT ? h->json_int(mp) : 0;

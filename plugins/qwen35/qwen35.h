@@ -124,6 +124,16 @@ struct loom_cache {
     int32_t log_cap;
 };
 
+/* One stream's part of a round. */
+typedef struct q35_stream {
+    loom_cache *cache;
+    int32_t first, count; /* its rows: stream_rows[first .. first+count) */
+    int32_t first_spec;   /* index (in its rows) of the first speculative
+                             row, or -1 */
+    int32_t spec_base;    /* log index of that row */
+    int64_t len0;         /* cache length before the round */
+} q35_stream;
+
 typedef struct q35_scratch {
     int64_t rows; /* capacity in rows */
     float *h, *xn, *proj;          /* [R, hidden] */
@@ -149,10 +159,8 @@ struct loom_model {
     int64_t max_context;
     q35_scratch s;
     /* per-round bookkeeping, grown as needed */
-    loom_cache **streams; /* distinct caches of the round */
-    int32_t *row_stream;  /* row -> index into streams */
-    int32_t *stream_first, *stream_count;
-    int32_t *stream_rows; /* rows grouped by stream, in round order */
+    struct q35_stream *streams; /* distinct caches of the round */
+    int32_t *stream_rows;       /* rows grouped by stream, in order */
     int32_t streams_cap;
 };
 

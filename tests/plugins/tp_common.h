@@ -17,8 +17,8 @@ static loom_status LOOM_ABI tp_geometry(const loom_host *h,
 
 static loom_status LOOM_ABI tp_open(const loom_host *h,
                                     const loom_checkpoint *c,
-                                    const loom_model_options *o,
-                                    loom_model **m, loom_err *err)
+                                    const loom_model_options *o, loom_model **m,
+                                    loom_err *err)
 {
     (void)h;
     (void)c;
@@ -28,8 +28,16 @@ static loom_status LOOM_ABI tp_open(const loom_host *h,
 }
 
 static const loom_family_i tp_family = {
-    sizeof(loom_family_i), tp_geometry, tp_open, NULL, NULL, NULL,
-    NULL,                  NULL,        NULL,    NULL,
+    sizeof(loom_family_i),
+    tp_geometry,
+    tp_open,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 /* Claims checkpoints whose architectures name `arch`. */

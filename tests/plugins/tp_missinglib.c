@@ -10,8 +10,14 @@ static int32_t LOOM_ABI probe(const loom_host *h, const loom_checkpoint *c)
 }
 
 static const loom_plugin plugin = {
-    LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_plugin), "tp-missinglib",
-    "1.0", LOOM_PLUGIN_FAMILY, "discovery test: missing dependency", probe,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    sizeof(loom_plugin),
+    "tp-missinglib",
+    "1.0",
+    LOOM_PLUGIN_FAMILY,
+    "discovery test: missing dependency",
+    probe,
     tp_get_interface,
 };
 

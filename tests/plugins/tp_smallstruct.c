@@ -1,4 +1,5 @@
-/* A test plugin whose descriptor claims a struct_size smaller than ABI 1.0's. */
+/* A test plugin whose descriptor claims a struct_size smaller than ABI 1.0's.
+ */
 #include "tp_common.h"
 
 static int32_t LOOM_ABI probe(const loom_host *h, const loom_checkpoint *c)
@@ -7,8 +8,15 @@ static int32_t LOOM_ABI probe(const loom_host *h, const loom_checkpoint *c)
 }
 
 static const loom_plugin plugin = {
-    LOOM_ABI_MAJOR, 0, 16, "tp-small", "1.0", LOOM_PLUGIN_FAMILY,
-    "discovery test: truncated descriptor", probe, tp_get_interface,
+    LOOM_ABI_MAJOR,
+    0,
+    16,
+    "tp-small",
+    "1.0",
+    LOOM_PLUGIN_FAMILY,
+    "discovery test: truncated descriptor",
+    probe,
+    tp_get_interface,
 };
 
 LOOM_EXPORT const loom_plugin *LOOM_ABI loom_plugin_entry(void)

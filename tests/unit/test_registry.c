@@ -17,7 +17,8 @@ static loom_registry *load_with(const char *dir)
     loom_registry *reg = NULL;
     loom_err err;
     const char *dirs[1] = {dir};
-    loom_status rc = loom_registry_load(dirs, dir ? 1 : 0, &hs.host, &reg, &err);
+    loom_status rc =
+        loom_registry_load(dirs, dir ? 1 : 0, &hs.host, &reg, &err);
     ck_assert_msg(rc == LOOM_OK, "%s", err.msg);
     return reg;
 }
@@ -197,8 +198,7 @@ START_TEST(unknown_architecture_lists_what_was_seen)
     loom_err err;
     const char *dir = config_dir(
         "{\"architectures\": [\"FooForCausalLM\"], \"model_type\": \"foo\"}");
-    ck_assert_int_eq(open_and_select(reg, dir, NULL, &err),
-                     LOOM_ERR_NOT_FOUND);
+    ck_assert_int_eq(open_and_select(reg, dir, NULL, &err), LOOM_ERR_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(err.msg, "FooForCausalLM"));
     ck_assert_ptr_nonnull(strstr(err.msg, "model_type foo"));
     ck_assert_ptr_nonnull(strstr(err.msg, "tp-good"));
@@ -239,7 +239,8 @@ START_TEST(array_config_is_refused)
 {
     loom_checkpoint *ckpt = NULL;
     loom_err err;
-    const char *dir = config_dir("[{\"architectures\": [\"Qwen3_5ForCausalLM\"]}]");
+    const char *dir =
+        config_dir("[{\"architectures\": [\"Qwen3_5ForCausalLM\"]}]");
     ck_assert_int_eq(loom_checkpoint_open(dir, &ckpt, &err), LOOM_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(err.msg, "array"));
     ck_assert_ptr_nonnull(strstr(err.msg, "config.json"));

@@ -9,14 +9,14 @@
 #include <loom/registry.h>
 
 typedef struct loom_engine_params {
-    const char *model;               /* directory or hub id */
-    const char *family;              /* force a family by name, or NULL */
-    const char *const *plugin_dirs;  /* --plugin-path, searched first */
+    const char *model;              /* directory or hub id */
+    const char *family;             /* force a family by name, or NULL */
+    const char *const *plugin_dirs; /* --plugin-path, searched first */
     int n_plugin_dirs;
-    int device;                      /* loom_device_kind */
-    int n_threads;                   /* <= 0: one per CPU */
-    int64_t max_context;             /* 0: the model's */
-    int32_t max_rows;                /* 0: 512 */
+    int device;          /* loom_device_kind */
+    int n_threads;       /* <= 0: one per CPU */
+    int64_t max_context; /* 0: the model's */
+    int32_t max_rows;    /* 0: 512 */
 } loom_engine_params;
 
 typedef struct loom_engine {

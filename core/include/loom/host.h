@@ -1,4 +1,5 @@
-/* The loom_host services table the core hands to plugins, and its thread pool. */
+/* The loom_host services table the core hands to plugins, and its thread pool.
+ */
 #ifndef LOOM_HOST_H
 #define LOOM_HOST_H
 

@@ -51,7 +51,7 @@ loom_status loom_mkdtemp(char *buf, size_t size, loom_err *err);
 const char *loom_getenv(const char *name);
 
 /* ---- time */
-uint64_t loom_now_ns(void); /* monotonic */
+uint64_t loom_now_ns(void);  /* monotonic */
 double loom_wall_time(void); /* seconds since the epoch */
 void loom_sleep_ms(uint32_t ms);
 
@@ -87,9 +87,9 @@ void loom_file_close(loom_file *f);
 
 /* ---- signals (long-running commands such as `loom serve`) */
 enum loom_signal {
-    LOOM_SIGNAL_NONE = 0,   /* timed out */
-    LOOM_SIGNAL_STOP = 1,   /* SIGINT, SIGTERM, console Ctrl-C / close */
-    LOOM_SIGNAL_RELOAD = 2  /* SIGHUP */
+    LOOM_SIGNAL_NONE = 0,  /* timed out */
+    LOOM_SIGNAL_STOP = 1,  /* SIGINT, SIGTERM, console Ctrl-C / close */
+    LOOM_SIGNAL_RELOAD = 2 /* SIGHUP */
 };
 /* Routes stop/reload signals to loom_signals_wait and ignores SIGPIPE. Call
  * before starting any thread, so every thread inherits the blocked mask. */
@@ -102,6 +102,10 @@ typedef intptr_t loom_socket;
 /* A blocking TCP connection to host:port (numeric or resolvable name). */
 loom_status loom_tcp_connect(const char *host, int port, loom_socket *out,
                              loom_err *err);
+/* A listening TCP socket bound to host:port (port 0: any free one, reported
+ * in *bound_port), with address reuse on, for servers. */
+loom_status loom_tcp_listen(const char *host, int port, loom_socket *out,
+                            int *bound_port, loom_err *err);
 /* Sends all n bytes; returns 0, or -1 when the connection failed. */
 int loom_socket_send_all(loom_socket s, const void *buf, size_t n);
 /* Receives up to n bytes, waiting at most timeout_ms. Returns the count,

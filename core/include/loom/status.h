@@ -1,4 +1,5 @@
-/* Status codes and messages for the core (the codes themselves are the ABI's). */
+/* Status codes and messages for the core (the codes themselves are the ABI's).
+ */
 #ifndef LOOM_STATUS_H
 #define LOOM_STATUS_H
 

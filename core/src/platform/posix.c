@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -74,8 +75,8 @@ loom_status loom_map_file(const char *path, loom_map *map, loom_err *err)
     memset(map, 0, sizeof *map);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return loom_err_set(err, errno == ENOENT ? LOOM_ERR_NOT_FOUND
-                                                 : LOOM_ERR_IO,
+        return loom_err_set(err,
+                            errno == ENOENT ? LOOM_ERR_NOT_FOUND : LOOM_ERR_IO,
                             "%s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -115,8 +116,8 @@ loom_status loom_read_file(const char *path, char **data, size_t *size,
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return loom_err_set(err, errno == ENOENT ? LOOM_ERR_NOT_FOUND
-                                                 : LOOM_ERR_IO,
+        return loom_err_set(err,
+                            errno == ENOENT ? LOOM_ERR_NOT_FOUND : LOOM_ERR_IO,
                             "%s: %s", path, strerror(errno));
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
@@ -130,8 +131,8 @@ loom_status loom_read_file(const char *path, char **data, size_t *size,
             if (!nb) {
                 free(buf);
                 fclose(f);
-                return loom_err_set(err, LOOM_ERR_NOMEM,
-                                    "%s: out of memory", path);
+                return loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory",
+                                    path);
             }
             buf = nb;
             cap *= 2;
@@ -185,8 +186,8 @@ loom_status loom_dir_list(const char *dir,
 {
     DIR *d = opendir(dir);
     if (!d)
-        return loom_err_set(err, errno == ENOENT ? LOOM_ERR_NOT_FOUND
-                                                 : LOOM_ERR_IO,
+        return loom_err_set(err,
+                            errno == ENOENT ? LOOM_ERR_NOT_FOUND : LOOM_ERR_IO,
                             "%s: %s", dir, strerror(errno));
     char **names = NULL;
     size_t n = 0, cap = 0;
@@ -199,8 +200,8 @@ loom_status loom_dir_list(const char *dir,
             size_t nc = cap ? cap * 2 : 16;
             char **nn = realloc(names, nc * sizeof *nn);
             if (!nn) {
-                rc = loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory",
-                                  dir);
+                rc =
+                    loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory", dir);
                 break;
             }
             names = nn;
@@ -461,8 +462,8 @@ loom_status loom_append_write(loom_file *f, const void *buf, size_t n,
     if (w < 0)
         return loom_err_set(err, LOOM_ERR_IO, "append: %s", strerror(errno));
     if ((size_t)w != n)
-        return loom_err_set(err, LOOM_ERR_IO, "append: short write (%zd of %zu)",
-                            w, n);
+        return loom_err_set(err, LOOM_ERR_IO,
+                            "append: short write (%zd of %zu)", w, n);
     return LOOM_OK;
 }
 
@@ -545,6 +546,56 @@ loom_status loom_tcp_connect(const char *host, int port, loom_socket *out,
                             strerror(last));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    *out = fd;
+    return LOOM_OK;
+}
+
+loom_status loom_tcp_listen(const char *host, int port, loom_socket *out,
+                            int *bound_port, loom_err *err)
+{
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    int rc = getaddrinfo(host, service, &hints, &res);
+    if (rc != 0)
+        return loom_err_set(err, LOOM_ERR_IO, "%s:%d: %s", host, port,
+                            gai_strerror(rc));
+    int fd = -1, last = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
+                    ai->ai_protocol);
+        if (fd < 0) {
+            last = errno;
+            continue;
+        }
+        int one = 1;
+        /* a restarted server must not wait out TIME_WAIT on its port */
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
+            break;
+        last = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return loom_err_set(err, LOOM_ERR_IO, "listen on %s:%d: %s", host, port,
+                            strerror(last));
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int bound = port;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET)
+            bound = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6)
+            bound = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    if (bound_port)
+        *bound_port = bound;
     *out = fd;
     return LOOM_OK;
 }

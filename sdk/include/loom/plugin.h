@@ -32,7 +32,7 @@ extern "C" {
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
-#define LOOM_ABI __cdecl
+#define LOOM_ABI    __cdecl
 #else
 #define LOOM_EXPORT __attribute__((visibility("default")))
 #define LOOM_ABI
@@ -42,19 +42,19 @@ extern "C" {
 
 /* Every fallible call returns a loom_status: 0 on success, a negative code
  * from this one table otherwise, with a message in the caller's loom_err. */
-#define LOOM_STATUS_MAP(XX)                                                   \
-    XX(OK, 0, "ok")                                                           \
-    XX(ERR_INVALID, -1, "invalid argument")                                   \
-    XX(ERR_NOMEM, -2, "out of memory")                                        \
-    XX(ERR_IO, -3, "input/output error")                                      \
-    XX(ERR_FORMAT, -4, "malformed input")                                     \
-    XX(ERR_NOT_FOUND, -5, "not found")                                        \
-    XX(ERR_UNSUPPORTED, -6, "not supported")                                  \
-    XX(ERR_RANGE, -7, "out of range")                                         \
-    XX(ERR_ABI, -8, "ABI mismatch")                                           \
-    XX(ERR_DEVICE, -9, "device error")                                        \
-    XX(ERR_CANCELLED, -10, "cancelled")                                       \
-    XX(ERR_FULL, -11, "capacity exhausted")                                   \
+#define LOOM_STATUS_MAP(XX)                                                    \
+    XX(OK, 0, "ok")                                                            \
+    XX(ERR_INVALID, -1, "invalid argument")                                    \
+    XX(ERR_NOMEM, -2, "out of memory")                                         \
+    XX(ERR_IO, -3, "input/output error")                                       \
+    XX(ERR_FORMAT, -4, "malformed input")                                      \
+    XX(ERR_NOT_FOUND, -5, "not found")                                         \
+    XX(ERR_UNSUPPORTED, -6, "not supported")                                   \
+    XX(ERR_RANGE, -7, "out of range")                                          \
+    XX(ERR_ABI, -8, "ABI mismatch")                                            \
+    XX(ERR_DEVICE, -9, "device error")                                         \
+    XX(ERR_CANCELLED, -10, "cancelled")                                        \
+    XX(ERR_FULL, -11, "capacity exhausted")                                    \
     XX(ERR_STATE, -12, "call not valid in this state")
 
 typedef int32_t loom_status;
@@ -285,9 +285,9 @@ typedef struct loom_host {
                                           const char *key);
     size_t(LOOM_ABI *json_len)(const loom_json *arr); /* 0 if not array */
     const loom_json *(LOOM_ABI *json_at)(const loom_json *arr, size_t i);
-    int64_t(LOOM_ABI *json_int)(const loom_json *v);  /* REAL truncates */
-    double(LOOM_ABI *json_real)(const loom_json *v);  /* INT converts */
-    int(LOOM_ABI *json_bool)(const loom_json *v);     /* 1, 0 */
+    int64_t(LOOM_ABI *json_int)(const loom_json *v);      /* REAL truncates */
+    double(LOOM_ABI *json_real)(const loom_json *v);      /* INT converts */
+    int(LOOM_ABI *json_bool)(const loom_json *v);         /* 1, 0 */
     const char *(LOOM_ABI *json_str)(const loom_json *v); /* NULL if not */
 
     /* Tensors. A missing one is LOOM_ERR_NOT_FOUND with a message naming the
@@ -371,8 +371,11 @@ typedef struct loom_output {
     float *taps;
 } loom_output;
 
-enum loom_device_kind { LOOM_DEVICE_AUTO = 0, LOOM_DEVICE_CPU = 1,
-                        LOOM_DEVICE_CUDA = 2 };
+enum loom_device_kind {
+    LOOM_DEVICE_AUTO = 0,
+    LOOM_DEVICE_CPU = 1,
+    LOOM_DEVICE_CUDA = 2
+};
 
 enum loom_model_caps {
     LOOM_CAP_WINDOWS = 1u << 0, /* LOOM_ROW_SPECULATIVE + commit */
@@ -483,8 +486,7 @@ typedef struct loom_drafter_i {
                                 const loom_model_info *target,
                                 loom_drafter **drafter, loom_err *err);
     void(LOOM_ABI *close)(loom_drafter *drafter);
-    void(LOOM_ABI *needs)(const loom_drafter *drafter,
-                          loom_drafter_needs *req);
+    void(LOOM_ABI *needs)(const loom_drafter *drafter, loom_drafter_needs *req);
     loom_status(LOOM_ABI *stream_new)(loom_drafter *drafter,
                                       loom_draft_stream **s, loom_err *err);
     void(LOOM_ABI *stream_free)(loom_drafter *drafter, loom_draft_stream *s);
@@ -512,8 +514,8 @@ typedef enum loom_plugin_kind {
 /* The one thing a plugin exports (through loom_plugin_entry). A static
  * const object owned by the plugin, valid while it is loaded. */
 typedef struct loom_plugin {
-    uint16_t abi_major; /* LOOM_ABI_MAJOR */
-    uint16_t abi_minor; /* LOOM_ABI_MINOR */
+    uint16_t abi_major;   /* LOOM_ABI_MAJOR */
+    uint16_t abi_minor;   /* LOOM_ABI_MINOR */
     uint32_t struct_size; /* sizeof(loom_plugin) */
     const char *name;     /* short, unique: "qwen35" */
     const char *version;  /* the plugin's own version: "0.1.0" */

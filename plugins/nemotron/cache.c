@@ -1,0 +1,241 @@
+/* The Nemotron-H stream cache: per Mamba layer the conv tail and the SSM
+ * state, per attention layer the K/V rows, and the log that lets `commit`
+ * drop the rejected rows of a speculative window.
+ *
+ * Layout. Conv tail: the last K-1 pre-activation conv inputs, stored
+ * [K-1, conv_dim] oldest first (loom_cpu_conv_step's layout; the spec's
+ * [conv_dim, K-1] transposed). SSM state: [nh, P, N] float32. K/V: float32
+ * rows of n_kv_heads * head_dim per position, growing geometrically with no
+ * fixed cap (loom_cpu_kv).
+ *
+ * Windows (LOOM_CAP_WINDOWS). A forward whose last rows for a cache are
+ * flagged LOOM_ROW_SPECULATIVE copies, just before the first of them, each
+ * Mamba layer's conv tail and SSM state (one snapshot, whatever the window's
+ * length), and logs per speculative row the conv input, the activated conv
+ * output (x, B, C) and the softplus'd dt. commit(kept) restores the
+ * snapshot and replays the first `kept` logged rows through the same
+ * loom_cpu_ssm_step the forward used (state only, no output), so the state
+ * ends bit for bit as if only those rows had been fed; the conv tail is
+ * rebuilt from the snapshot and the logged inputs (copies, so exact); K/V and
+ * the length are truncated. The snapshot costs one SSM state per Mamba layer,
+ * allocated on a cache's first window. A forward that arrives while a window
+ * is pending keeps the whole window (an implicit commit of every row). */
+#include "nemotron.h"
+
+#include <loom/cpu_ssm.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+static size_t tail_floats(const nem_geometry *g)
+{
+    return (size_t)(g->conv_kernel - 1) * (size_t)g->conv_dim;
+}
+
+static size_t ssm_floats(const nem_geometry *g)
+{
+    return (size_t)g->m_heads * (size_t)g->m_head_dim * (size_t)g->ssm_state;
+}
+
+uint64_t nem_cache_bytes_fixed(const nem_geometry *g)
+{
+    return (uint64_t)g->n_mamba * (tail_floats(g) + ssm_floats(g)) *
+           sizeof(float);
+}
+
+uint64_t nem_cache_bytes_per_token(const nem_geometry *g)
+{
+    return (uint64_t)g->n_attn * 2u * (uint64_t)g->n_kv_heads *
+           (uint64_t)g->head_dim * sizeof(float);
+}
+
+loom_status nem_cache_new(loom_model *m, loom_cache **out, loom_err *err)
+{
+    const nem_geometry *g = &m->g;
+    loom_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return loom_err_set(err, LOOM_ERR_NOMEM, "cache: out of memory");
+    c->mamba = calloc((size_t)g->n_mamba + 1, sizeof *c->mamba);
+    c->kv = calloc((size_t)g->n_attn + 1, sizeof *c->kv);
+    if (!c->mamba || !c->kv)
+        goto nomem;
+    for (int i = 0; i < g->n_mamba; i++) {
+        /* K == 1 has no tail; keep a valid pointer all the same */
+        c->mamba[i].tail = calloc(tail_floats(g) + 1, sizeof(float));
+        c->mamba[i].ssm = calloc(ssm_floats(g), sizeof(float));
+        if (!c->mamba[i].tail || !c->mamba[i].ssm)
+            goto nomem;
+    }
+    for (int i = 0; i < g->n_attn; i++)
+        loom_cpu_kv_init(&c->kv[i], (int64_t)g->n_kv_heads * g->head_dim);
+    m->host->account(m->host, "nemotron cache", (int64_t)nem_cache_bytes_fixed(g));
+    *out = c;
+    return LOOM_OK;
+nomem:
+    nem_cache_free(m, c);
+    return loom_err_set(err, LOOM_ERR_NOMEM,
+                        "cache: out of memory (%llu bytes of Mamba state)",
+                        (unsigned long long)nem_cache_bytes_fixed(g));
+}
+
+void nem_cache_reset(loom_model *m, loom_cache *c)
+{
+    const nem_geometry *g = &m->g;
+    if (!c)
+        return;
+    for (int i = 0; i < g->n_mamba; i++) {
+        memset(c->mamba[i].tail, 0, tail_floats(g) * sizeof(float));
+        memset(c->mamba[i].ssm, 0, ssm_floats(g) * sizeof(float));
+    }
+    for (int i = 0; i < g->n_attn; i++)
+        loom_cpu_kv_truncate(&c->kv[i], 0);
+    c->len = 0;
+    c->n_spec = 0;
+}
+
+void nem_cache_free(loom_model *m, loom_cache *c)
+{
+    const nem_geometry *g = &m->g;
+    if (!c)
+        return;
+    int accounted = c->mamba && c->kv;
+    if (c->mamba)
+        for (int i = 0; i < g->n_mamba; i++) {
+            nem_mamba_state *s = &c->mamba[i];
+            accounted = accounted && s->tail && s->ssm;
+            free(s->tail);
+            free(s->ssm);
+            free(s->snap_tail);
+            free(s->snap_ssm);
+            free(s->log_in);
+            free(s->log_xbc);
+            free(s->log_dt);
+        }
+    if (c->kv)
+        for (int i = 0; i < g->n_attn; i++)
+            loom_cpu_kv_free(&c->kv[i]);
+    if (accounted)
+        m->host->account(m->host, "nemotron cache",
+                         -(int64_t)nem_cache_bytes_fixed(g));
+    free(c->mamba);
+    free(c->kv);
+    free(c);
+}
+
+/* realloc that leaves *p untouched on failure */
+static int grow(float **p, size_t n)
+{
+    float *q = realloc(*p, n * sizeof(float));
+    if (!q)
+        return 0;
+    *p = q;
+    return 1;
+}
+
+loom_status nem_cache_reserve(loom_model *m, loom_cache *c, int64_t n_new,
+                              int32_t n_spec, loom_err *err)
+{
+    const nem_geometry *g = &m->g;
+    for (int i = 0; i < g->n_attn; i++) {
+        loom_status rc = loom_cpu_kv_reserve(&c->kv[i], c->len + n_new, err);
+        if (rc != LOOM_OK)
+            return rc;
+    }
+    if (n_spec <= 0 || g->n_mamba == 0)
+        return LOOM_OK;
+    for (int i = 0; i < g->n_mamba; i++) {
+        nem_mamba_state *s = &c->mamba[i];
+        if (!c->has_snapshot &&
+            (!grow(&s->snap_tail, tail_floats(g) + 1) ||
+             !grow(&s->snap_ssm, ssm_floats(g))))
+            goto nomem;
+        if (n_spec > c->spec_cap &&
+            (!grow(&s->log_in, (size_t)n_spec * g->conv_dim) ||
+             !grow(&s->log_xbc, (size_t)n_spec * g->conv_dim) ||
+             !grow(&s->log_dt, (size_t)n_spec * g->m_heads)))
+            goto nomem;
+    }
+    c->has_snapshot = 1;
+    if (n_spec > c->spec_cap)
+        c->spec_cap = n_spec;
+    return LOOM_OK;
+nomem:
+    /* what did grow stays allocated (and is freed with the cache); the
+     * flags only claim room every layer has */
+    return loom_err_set(err, LOOM_ERR_NOMEM,
+                        "cache: out of memory for a window of %d rows",
+                        n_spec);
+}
+
+struct replay {
+    const loom_model *m;
+    loom_cache *c;
+    int32_t kept;
+    int32_t *slot_layer; /* Mamba slot -> layer index */
+};
+
+/* Items are (Mamba slot, head) pairs. */
+static void LOOM_ABI replay_heads(void *ctx, int64_t begin, int64_t end)
+{
+    const struct replay *r = ctx;
+    const nem_geometry *g = &r->m->g;
+    int64_t nh = g->m_heads, P = g->m_head_dim, N = g->ssm_state;
+    int64_t heads_per_group = nh / g->n_groups;
+    size_t hs = (size_t)(P * N);
+    for (int64_t it = begin; it < end; it++) {
+        int64_t slot = it / nh, h = it % nh, grp = h / heads_per_group;
+        const nem_layer *L = &r->m->layers[r->slot_layer[slot]];
+        nem_mamba_state *s = &r->c->mamba[slot];
+        float *state = s->ssm + h * hs;
+        memcpy(state, s->snap_ssm + h * hs, hs * sizeof(float));
+        for (int32_t j = 0; j < r->kept; j++) {
+            const float *xbc = s->log_xbc + (size_t)j * g->conv_dim;
+            loom_cpu_ssm_step(state, xbc + h * P,
+                              xbc + g->d_inner + grp * N,
+                              xbc + g->d_inner + (g->n_groups + grp) * N,
+                              s->log_dt[(size_t)j * nh + h], L->A[h], L->D[h],
+                              NULL, P, N);
+        }
+    }
+}
+
+loom_status nem_cache_commit(loom_model *m, loom_cache *c, int32_t kept,
+                             loom_err *err)
+{
+    const nem_geometry *g = &m->g;
+    if (kept < 0 || kept > c->n_spec)
+        return loom_err_set(err, LOOM_ERR_RANGE,
+                            "commit: kept = %d, but the last forward left %d "
+                            "speculative rows",
+                            kept, c->n_spec);
+    int32_t dropped = c->n_spec - kept;
+    c->n_spec = 0;
+    if (dropped == 0)
+        return LOOM_OK;
+    c->len -= dropped;
+    for (int i = 0; i < g->n_attn; i++)
+        loom_cpu_kv_truncate(&c->kv[i], c->len);
+    if (g->n_mamba == 0)
+        return LOOM_OK;
+
+    /* conv tails: the snapshot, then the kept inputs pushed in order */
+    size_t K1 = (size_t)(g->conv_kernel - 1), cd = (size_t)g->conv_dim;
+    for (int i = 0; i < g->n_mamba; i++) {
+        nem_mamba_state *s = &c->mamba[i];
+        memcpy(s->tail, s->snap_tail, K1 * cd * sizeof(float));
+        for (int32_t j = 0; j < kept && K1 > 0; j++) {
+            memmove(s->tail, s->tail + cd, (K1 - 1) * cd * sizeof(float));
+            memcpy(s->tail + (K1 - 1) * cd, s->log_in + (size_t)j * cd,
+                   cd * sizeof(float));
+        }
+    }
+    /* SSM states: the snapshot, then the kept rows replayed */
+    int32_t slot_layer[NEM_MAX_LAYERS];
+    for (int i = 0; i < g->n_layers; i++)
+        if (m->layers[i].kind == NEM_MAMBA)
+            slot_layer[m->layers[i].slot] = i;
+    struct replay r = {m, c, kept, slot_layer};
+    m->host->parallel_for(m->host, (int64_t)g->n_mamba * g->m_heads,
+                          replay_heads, &r);
+    return LOOM_OK;
+}

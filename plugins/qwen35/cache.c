@@ -1,0 +1,217 @@
+/* The per-stream cache of the Qwen3.5 family: K/V rows of every full-attention
+ * layer (loom_cpu_kv, growing with the stream, no fixed cap), and for every
+ * Gated DeltaNet layer the conv tail (the last K-1 pre-activation conv inputs,
+ * oldest first) and the fp32 recurrent state [Hv, dk, dv].
+ *
+ * Rollback of speculative rows (commit): when the first row flagged
+ * LOOM_ROW_SPECULATIVE reaches a GDN layer, that layer's conv tail and state
+ * are copied aside (one snapshot per window, ~state size, allocated once per
+ * stream and reused), and each speculative row appends to a replay log what
+ * it fed that layer: the conv input and the recurrence inputs (normalised k,
+ * v, exp(g), beta). commit(kept) restores the snapshot and replays the first
+ * `kept` logged rows through the same code the forward uses (q35_gdn_step,
+ * the tail shift), so the state ends bit for bit as if only those rows had
+ * been fed; attention layers just truncate their K/V rows. This costs one
+ * state copy per window plus ~(conv_dim + key_dim + value_dim) floats per
+ * row and layer, instead of a full state snapshot per row. */
+#include "qwen35.h"
+
+#include <stdlib.h>
+
+static int64_t q35_tail_floats(const loom_model *m)
+{
+    return (m->g.conv_kernel - 1) * q35_conv_dim(&m->g);
+}
+
+static int64_t q35_state_floats(const loom_model *m)
+{
+    return m->g.lin_v_heads * m->g.lin_dk * m->g.lin_dv;
+}
+
+uint64_t q35_cache_fixed_bytes(const loom_model *m)
+{
+    return (uint64_t)m->n_lin *
+           (uint64_t)(q35_tail_floats(m) + q35_state_floats(m)) *
+           sizeof(float);
+}
+
+uint64_t q35_cache_token_bytes(const loom_model *m)
+{
+    return (uint64_t)m->n_attn * 2u *
+           (uint64_t)(m->g.n_kv_heads * m->g.head_dim) * sizeof(float);
+}
+
+loom_status q35_cache_new(loom_model *m, loom_cache **out, loom_err *err)
+{
+    loom_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return loom_err_set(err, LOOM_ERR_NOMEM, "qwen35 cache: no memory");
+    size_t lin = (size_t)m->n_lin;
+    c->kv = calloc((size_t)m->n_attn + 1, sizeof *c->kv);
+    c->conv = calloc(lin * (size_t)q35_tail_floats(m) + 1, sizeof(float));
+    c->state = calloc(lin * (size_t)q35_state_floats(m) + 1, sizeof(float));
+    if (!c->kv || !c->conv || !c->state) {
+        q35_cache_free(m, c);
+        return loom_err_set(err, LOOM_ERR_NOMEM,
+                            "qwen35 cache: no memory for %llu bytes",
+                            (unsigned long long)q35_cache_fixed_bytes(m));
+    }
+    for (int i = 0; i < m->n_attn; i++)
+        loom_cpu_kv_init(&c->kv[i], m->g.n_kv_heads * m->g.head_dim);
+    c->spec_start = -1;
+    m->host->account(m->host, "qwen35 cache",
+                     (int64_t)q35_cache_fixed_bytes(m));
+    *out = c;
+    return LOOM_OK;
+}
+
+void q35_cache_reset(loom_model *m, loom_cache *c)
+{
+    /* keep the allocations: the next stream will need them again */
+    for (int i = 0; i < m->n_attn; i++)
+        loom_cpu_kv_truncate(&c->kv[i], 0);
+    memset(c->conv, 0,
+           (size_t)m->n_lin * (size_t)q35_tail_floats(m) * sizeof(float));
+    memset(c->state, 0,
+           (size_t)m->n_lin * (size_t)q35_state_floats(m) * sizeof(float));
+    c->len = 0;
+    c->spec_n = 0;
+    c->spec_start = -1;
+}
+
+void q35_cache_free(loom_model *m, loom_cache *c)
+{
+    if (!c)
+        return;
+    if (c->kv && c->conv && c->state)
+        m->host->account(m->host, "qwen35 cache",
+                         -(int64_t)q35_cache_fixed_bytes(m));
+    if (c->kv)
+        for (int i = 0; i < m->n_attn; i++)
+            loom_cpu_kv_free(&c->kv[i]);
+    free(c->kv);
+    free(c->conv);
+    free(c->state);
+    free(c->snap_conv);
+    free(c->snap_state);
+    free(c->log);
+    free(c);
+}
+
+float *q35_cache_log(const loom_model *m, loom_cache *c, int32_t i, int l)
+{
+    return c->log +
+           ((size_t)i * (size_t)m->n_lin + (size_t)l) * (size_t)m->log.size;
+}
+
+loom_status q35_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
+                              int32_t n_spec, int first_is_spec,
+                              loom_err *err)
+{
+    int64_t need = c->len + n_new;
+    if (need > m->max_context)
+        return loom_err_set(err, LOOM_ERR_FULL,
+                            "qwen35: stream would hold %lld positions, over "
+                            "the context limit %lld",
+                            (long long)need, (long long)m->max_context);
+    for (int i = 0; i < m->n_attn; i++) {
+        loom_status st = loom_cpu_kv_reserve(&c->kv[i], need, err);
+        if (st != LOOM_OK)
+            return st;
+    }
+    if (n_spec == 0)
+        return LOOM_OK;
+    /* a window continues one that was not committed only when it starts
+     * with a speculative row; otherwise the earlier rows were kept */
+    int32_t base = first_is_spec ? c->spec_n : 0;
+    int32_t rows = base + n_spec;
+    if (m->n_lin > 0) {
+        size_t lin = (size_t)m->n_lin;
+        if (!c->snap_conv) {
+            c->snap_conv = malloc(lin * (size_t)q35_tail_floats(m) *
+                                      sizeof(float) +
+                                  sizeof(float));
+            c->snap_state = malloc(lin * (size_t)q35_state_floats(m) *
+                                       sizeof(float) +
+                                   sizeof(float));
+            if (!c->snap_conv || !c->snap_state) {
+                free(c->snap_conv);
+                free(c->snap_state);
+                c->snap_conv = c->snap_state = NULL;
+                return loom_err_set(err, LOOM_ERR_NOMEM,
+                                    "qwen35 cache: no memory for the "
+                                    "speculation snapshot");
+            }
+        }
+        if (rows > c->log_cap) {
+            int32_t cap = c->log_cap ? c->log_cap : 16;
+            while (cap < rows)
+                cap *= 2;
+            float *log = realloc(c->log, (size_t)cap * lin *
+                                             (size_t)m->log.size *
+                                             sizeof(float));
+            if (!log)
+                return loom_err_set(err, LOOM_ERR_NOMEM,
+                                    "qwen35 cache: no memory for a %d-row "
+                                    "speculation log",
+                                    cap);
+            c->log = log;
+            c->log_cap = cap;
+        }
+    }
+    return LOOM_OK;
+}
+
+loom_status q35_commit(loom_model *m, loom_cache *c, int32_t kept,
+                       loom_err *err)
+{
+    int32_t n = c->spec_n;
+    if (kept < 0 || kept > n)
+        return loom_err_set(err, LOOM_ERR_RANGE,
+                            "qwen35 commit: kept = %d, but the cache holds %d "
+                            "speculative rows",
+                            kept, n);
+    if (kept < n) {
+        const q35_geometry *g = &m->g;
+        int64_t cd = q35_conv_dim(g), tail = q35_tail_floats(m);
+        int64_t sf = q35_state_floats(m), kt = g->conv_kernel - 1;
+        int64_t dk = g->lin_dk, dv = g->lin_dv, Hv = g->lin_v_heads;
+        int64_t group = Hv / g->lin_k_heads;
+        float tmp[1024];
+        float *tmpp = dv <= 1024 ? tmp : malloc((size_t)dv * sizeof(float));
+        if (!tmpp)
+            return loom_err_set(err, LOOM_ERR_NOMEM, "qwen35: no memory");
+        for (int l = 0; l < m->n_lin; l++) {
+            float *tl = c->conv + (size_t)l * (size_t)tail;
+            float *S = c->state + (size_t)l * (size_t)sf;
+            memcpy(tl, c->snap_conv + (size_t)l * (size_t)tail,
+                   (size_t)tail * sizeof(float));
+            memcpy(S, c->snap_state + (size_t)l * (size_t)sf,
+                   (size_t)sf * sizeof(float));
+            for (int32_t r = 0; r < kept; r++) {
+                const float *e = q35_cache_log(m, c, r, l);
+                /* the tail shift of loom_cpu_conv_step */
+                if (kt > 0) {
+                    memmove(tl, tl + cd, (size_t)(kt - 1) * (size_t)cd *
+                                             sizeof(float));
+                    memcpy(tl + (kt - 1) * cd, e + m->log.conv,
+                           (size_t)cd * sizeof(float));
+                }
+                for (int64_t h = 0; h < Hv; h++)
+                    q35_gdn_step(S + h * dk * dv, NULL,
+                                 e + m->log.k + (h / group) * dk,
+                                 e + m->log.v + h * dv, e[m->log.decay + h],
+                                 e[m->log.beta + h], NULL, dk, dv, tmpp);
+            }
+        }
+        if (tmpp != tmp)
+            free(tmpp);
+        int64_t len = c->spec_start + kept;
+        for (int i = 0; i < m->n_attn; i++)
+            loom_cpu_kv_truncate(&c->kv[i], len);
+        c->len = len;
+    }
+    c->spec_n = 0;
+    c->spec_start = -1;
+    return LOOM_OK;
+}

@@ -1,0 +1,357 @@
+/* config.json -> q35_geometry: every width the plugin uses, checked, with a
+ * refusal naming the field and its value wherever the file is unusable. */
+#include "qwen35.h"
+
+#include <stdio.h>
+
+/* Where a field is read from, for messages: "text_config.hidden_size". */
+typedef struct q35_src {
+    const loom_host *host;
+    const loom_json *tc; /* text config (root when flat) */
+    const char *pre;     /* "text_config." or "" */
+    loom_err *err;
+} q35_src;
+
+static const char *q35_type_name(loom_json_type t)
+{
+    switch (t) {
+    case LOOM_JSON_MISSING:
+        return "missing";
+    case LOOM_JSON_NULL:
+        return "null";
+    case LOOM_JSON_BOOL:
+        return "a boolean";
+    case LOOM_JSON_INT:
+        return "an integer";
+    case LOOM_JSON_REAL:
+        return "a real";
+    case LOOM_JSON_STRING:
+        return "a string";
+    case LOOM_JSON_ARRAY:
+        return "an array";
+    default:
+        return "an object";
+    }
+}
+
+/* A positive integer field; `def` > 0 is used when it is absent. */
+static loom_status q35_pos_int(const q35_src *s, const char *key, int64_t def,
+                               int64_t *out)
+{
+    const loom_json *v = s->host->json_get(s->tc, key);
+    loom_json_type t = s->host->json_type(v);
+    if ((t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL) && def > 0) {
+        *out = def;
+        return LOOM_OK;
+    }
+    if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL)
+        return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                            "config.json: %s%s is required but %s", s->pre,
+                            key, q35_type_name(t));
+    if (t != LOOM_JSON_INT)
+        return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                            "config.json: %s%s must be an integer, not %s",
+                            s->pre, key, q35_type_name(t));
+    int64_t x = s->host->json_int(v);
+    if (x <= 0)
+        return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                            "config.json: %s%s = %lld must be positive",
+                            s->pre, key, (long long)x);
+    *out = x;
+    return LOOM_OK;
+}
+
+/* A non-negative integer field, 0 when absent. */
+static loom_status q35_nonneg_int(const q35_src *s, const char *key,
+                                  int64_t *out)
+{
+    const loom_json *v = s->host->json_get(s->tc, key);
+    loom_json_type t = s->host->json_type(v);
+    *out = 0;
+    if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL)
+        return LOOM_OK;
+    if (t != LOOM_JSON_INT || s->host->json_int(v) < 0)
+        return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                            "config.json: %s%s must be a non-negative integer",
+                            s->pre, key);
+    *out = s->host->json_int(v);
+    return LOOM_OK;
+}
+
+/* A positive number from `obj` (absent: def). */
+static loom_status q35_pos_real(const q35_src *s, const loom_json *obj,
+                                const char *where, const char *key,
+                                double def, double *out)
+{
+    const loom_json *v = s->host->json_get(obj, key);
+    loom_json_type t = s->host->json_type(v);
+    if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL) {
+        *out = def;
+        return LOOM_OK;
+    }
+    if (t != LOOM_JSON_INT && t != LOOM_JSON_REAL)
+        return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                            "config.json: %s%s must be a number, not %s",
+                            where, key, q35_type_name(t));
+    double x = s->host->json_real(v);
+    if (!(x > 0.0))
+        return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                            "config.json: %s%s = %g must be positive", where,
+                            key, x);
+    *out = x;
+    return LOOM_OK;
+}
+
+static void q35_add_eos(const loom_host *host, const loom_json *v,
+                        q35_geometry *g)
+{
+    size_t n = host->json_type(v) == LOOM_JSON_ARRAY ? host->json_len(v) : 1;
+    for (size_t i = 0; i < n; i++) {
+        const loom_json *e =
+            host->json_type(v) == LOOM_JSON_ARRAY ? host->json_at(v, i) : v;
+        if (host->json_type(e) != LOOM_JSON_INT)
+            continue;
+        int32_t id = (int32_t)host->json_int(e);
+        int dup = 0;
+        for (int32_t j = 0; j < g->n_eos; j++)
+            dup |= g->eos[j] == id;
+        if (!dup && g->n_eos < LOOM_MAX_EOS)
+            g->eos[g->n_eos++] = id;
+    }
+}
+
+static loom_status q35_layer_types(const q35_src *s, q35_geometry *g)
+{
+    const loom_host *host = s->host;
+    const loom_json *lt = host->json_get(s->tc, "layer_types");
+    loom_json_type t = host->json_type(lt);
+    if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL) {
+        int64_t every;
+        loom_status st = q35_pos_int(s, "full_attention_interval", 4, &every);
+        if (st != LOOM_OK)
+            return st;
+        for (int64_t i = 0; i < g->n_layers; i++)
+            g->kinds[i] = (i + 1) % every == 0 ? 'A' : 'L';
+        g->kinds[g->n_layers] = '\0';
+        return LOOM_OK;
+    }
+    if (t != LOOM_JSON_ARRAY)
+        return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                            "config.json: %slayer_types must be an array, "
+                            "not %s",
+                            s->pre, q35_type_name(t));
+    size_t n = host->json_len(lt);
+    if ((int64_t)n != g->n_layers)
+        return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                            "config.json: %slayer_types has %zu entries but "
+                            "num_hidden_layers = %lld",
+                            s->pre, n, (long long)g->n_layers);
+    for (size_t i = 0; i < n; i++) {
+        const char *k = host->json_str(host->json_at(lt, i));
+        if (k && strcmp(k, "linear_attention") == 0)
+            g->kinds[i] = 'L';
+        else if (k && strcmp(k, "full_attention") == 0)
+            g->kinds[i] = 'A';
+        else
+            return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                                "config.json: %slayer_types[%zu] = \"%s\" is "
+                                "neither linear_attention nor full_attention",
+                                s->pre, i, k ? k : "(not a string)");
+    }
+    g->kinds[n] = '\0';
+    return LOOM_OK;
+}
+
+static loom_status q35_moe(const q35_src *s, q35_geometry *g)
+{
+    const loom_host *host = s->host;
+    loom_status st = q35_nonneg_int(s, "num_experts", &g->n_experts);
+    if (st != LOOM_OK || g->n_experts == 0)
+        return st;
+    int64_t step;
+    if ((st = q35_pos_int(s, "num_experts_per_tok", 0, &g->top_k)) ||
+        (st = q35_pos_int(s, "moe_intermediate_size", 0, &g->moe_ffn)) ||
+        (st = q35_nonneg_int(s, "shared_expert_intermediate_size",
+                             &g->shared_ffn)) ||
+        (st = q35_pos_int(s, "decoder_sparse_step", 1, &step)))
+        return st;
+    if (g->top_k > g->n_experts)
+        return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                            "config.json: %snum_experts_per_tok = %lld "
+                            "exceeds num_experts = %lld",
+                            s->pre, (long long)g->top_k,
+                            (long long)g->n_experts);
+    const loom_json *nt = host->json_get(s->tc, "norm_topk_prob");
+    g->norm_topk = host->json_type(nt) == LOOM_JSON_BOOL
+                       ? host->json_bool(nt)
+                       : 1;
+    for (int64_t i = 0; i < g->n_layers; i++)
+        g->moe_layer[i] = (i + 1) % step == 0;
+    const loom_json *only = host->json_get(s->tc, "mlp_only_layers");
+    for (size_t i = 0; i < host->json_len(only); i++) {
+        int64_t l = host->json_int(host->json_at(only, i));
+        if (l < 0 || l >= g->n_layers)
+            return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                                "config.json: %smlp_only_layers[%zu] = %lld "
+                                "is not a layer",
+                                s->pre, i, (long long)l);
+        g->moe_layer[l] = 0;
+    }
+    return LOOM_OK;
+}
+
+loom_status q35_geometry_parse(const loom_host *host,
+                               const loom_checkpoint *ckpt, q35_geometry *g,
+                               loom_err *err)
+{
+    memset(g, 0, sizeof *g);
+    const loom_json *root = host->config(ckpt);
+    const loom_json *tc = host->text_config(ckpt);
+    g->nested = tc != root && tc != NULL;
+    q35_src s = {host, tc ? tc : root, g->nested ? "text_config." : "", err};
+    const char *mt = host->json_str(host->json_get(s.tc, "model_type"));
+    const char *rmt = host->json_str(host->json_get(root, "model_type"));
+    g->variant = (mt && strcmp(mt, "qwen3_next") == 0) ||
+                         (rmt && strcmp(rmt, "qwen3_next") == 0)
+                     ? Q35_VARIANT_NEXT
+                     : Q35_VARIANT_QWEN35;
+
+    loom_status st;
+    if ((st = q35_pos_int(&s, "vocab_size", 0, &g->vocab)) ||
+        (st = q35_pos_int(&s, "hidden_size", 0, &g->hidden)) ||
+        (st = q35_pos_int(&s, "intermediate_size", 0, &g->ffn)) ||
+        (st = q35_pos_int(&s, "num_hidden_layers", 0, &g->n_layers)) ||
+        (st = q35_pos_int(&s, "num_attention_heads", 0, &g->n_heads)) ||
+        (st = q35_pos_int(&s, "num_key_value_heads", 0, &g->n_kv_heads)) ||
+        (st = q35_pos_int(&s, "head_dim", 0, &g->head_dim)) ||
+        (st = q35_pos_int(&s, "linear_num_key_heads", 0, &g->lin_k_heads)) ||
+        (st = q35_pos_int(&s, "linear_num_value_heads", 0,
+                          &g->lin_v_heads)) ||
+        (st = q35_pos_int(&s, "linear_key_head_dim", 0, &g->lin_dk)) ||
+        (st = q35_pos_int(&s, "linear_value_head_dim", 0, &g->lin_dv)) ||
+        (st = q35_pos_int(&s, "linear_conv_kernel_dim", 4,
+                          &g->conv_kernel)) ||
+        (st = q35_pos_int(&s, "max_position_embeddings", 32768,
+                          &g->max_pos)))
+        return st;
+    if (g->n_layers > Q35_MAX_LAYERS)
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "config.json: %snum_hidden_layers = %lld exceeds "
+                            "this plugin's %d",
+                            s.pre, (long long)g->n_layers, Q35_MAX_LAYERS);
+    if (g->n_heads % g->n_kv_heads != 0)
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "config.json: %snum_key_value_heads = %lld does "
+                            "not divide num_attention_heads = %lld",
+                            s.pre, (long long)g->n_kv_heads,
+                            (long long)g->n_heads);
+    if (g->lin_v_heads % g->lin_k_heads != 0)
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "config.json: %slinear_num_value_heads = %lld is "
+                            "not a multiple of linear_num_key_heads = %lld",
+                            s.pre, (long long)g->lin_v_heads,
+                            (long long)g->lin_k_heads);
+    if (g->lin_dv > 1024)
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "config.json: %slinear_value_head_dim = %lld "
+                            "exceeds this plugin's 1024",
+                            s.pre, (long long)g->lin_dv);
+    const char *act = host->json_str(host->json_get(s.tc, "hidden_act"));
+    if (act && strcmp(act, "silu") != 0)
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "config.json: %shidden_act = \"%s\" (only silu)",
+                            s.pre, act);
+
+    if ((st = q35_pos_real(&s, s.tc, s.pre, "rms_norm_eps", 1e-6, &g->eps)))
+        return st;
+    /* RoPE: rope_parameters wins over the top-level keys (spec 1.2) */
+    const loom_json *rp = host->json_get(s.tc, "rope_parameters");
+    if (host->json_type(rp) != LOOM_JSON_OBJECT)
+        rp = host->json_get(s.tc, "rope_scaling");
+    char rpw[64];
+    snprintf(rpw, sizeof rpw, "%srope_parameters.", s.pre);
+    const char *rt = host->json_str(host->json_get(rp, "rope_type"));
+    if (rt && strcmp(rt, "default") != 0)
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "config.json: %srope_type = \"%s\" (only "
+                            "default)",
+                            rpw, rt);
+    double top_prf, top_theta;
+    if ((st = q35_pos_real(&s, s.tc, s.pre, "partial_rotary_factor", 0.25,
+                           &top_prf)) ||
+        (st = q35_pos_real(&s, rp, rpw, "partial_rotary_factor", top_prf,
+                           &g->partial_rotary)) ||
+        (st = q35_pos_real(&s, s.tc, s.pre, "rope_theta",
+                           g->variant == Q35_VARIANT_NEXT ? 10000.0 : 1e7,
+                           &top_theta)) ||
+        (st = q35_pos_real(&s, rp, rpw, "rope_theta", top_theta,
+                           &g->rope_theta)))
+        return st;
+    if (g->partial_rotary > 1.0)
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "config.json: partial_rotary_factor = %g exceeds "
+                            "1",
+                            g->partial_rotary);
+    g->rot_dim = (int64_t)((double)g->head_dim * g->partial_rotary);
+    if (g->rot_dim < 2 || g->rot_dim % 2 != 0)
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "config.json: head_dim = %lld x "
+                            "partial_rotary_factor = %g gives %lld rotary "
+                            "dims, not a positive even number",
+                            (long long)g->head_dim, g->partial_rotary,
+                            (long long)g->rot_dim);
+
+    if ((st = q35_layer_types(&s, g)))
+        return st;
+    if ((st = q35_moe(&s, g)))
+        return st;
+
+    /* tie_word_embeddings: the text config's, else the root's */
+    const loom_json *tie = host->json_get(s.tc, "tie_word_embeddings");
+    if (host->json_type(tie) != LOOM_JSON_BOOL)
+        tie = host->json_get(root, "tie_word_embeddings");
+    g->tied = host->json_type(tie) == LOOM_JSON_BOOL ? host->json_bool(tie)
+                                                     : 0;
+
+    q35_add_eos(host, host->json_get(s.tc, "eos_token_id"), g);
+    q35_add_eos(host, host->json_get(root, "eos_token_id"), g);
+    q35_add_eos(host,
+                host->json_get(host->generation_config(ckpt), "eos_token_id"),
+                g);
+    return LOOM_OK;
+}
+
+void q35_geometry_report(const q35_geometry *g, const loom_fields *out)
+{
+    void *c = out->ctx;
+    out->str(c, "variant",
+             g->variant == Q35_VARIANT_NEXT ? "qwen3_next" : "qwen3_5");
+    out->i64(c, "nested_text_config", g->nested);
+    out->i64(c, "vocab_size", g->vocab);
+    out->i64(c, "hidden_size", g->hidden);
+    out->i64(c, "intermediate_size", g->ffn);
+    out->i64(c, "num_hidden_layers", g->n_layers);
+    out->str(c, "layer_kinds", g->kinds);
+    out->i64(c, "num_attention_heads", g->n_heads);
+    out->i64(c, "num_key_value_heads", g->n_kv_heads);
+    out->i64(c, "head_dim", g->head_dim);
+    out->f64(c, "partial_rotary_factor", g->partial_rotary);
+    out->i64(c, "rotary_dim", g->rot_dim);
+    out->f64(c, "rope_theta", g->rope_theta);
+    out->i64(c, "linear_num_key_heads", g->lin_k_heads);
+    out->i64(c, "linear_num_value_heads", g->lin_v_heads);
+    out->i64(c, "linear_key_head_dim", g->lin_dk);
+    out->i64(c, "linear_value_head_dim", g->lin_dv);
+    out->i64(c, "linear_conv_kernel_dim", g->conv_kernel);
+    out->f64(c, "rms_norm_eps", g->eps);
+    out->i64(c, "tie_word_embeddings", g->tied);
+    out->i64(c, "max_position_embeddings", g->max_pos);
+    if (g->n_experts) {
+        out->i64(c, "num_experts", g->n_experts);
+        out->i64(c, "num_experts_per_tok", g->top_k);
+        out->i64(c, "moe_intermediate_size", g->moe_ffn);
+        out->i64(c, "shared_expert_intermediate_size", g->shared_ffn);
+    }
+    for (int32_t i = 0; i < g->n_eos; i++)
+        out->i64(c, "eos_token_id", g->eos[i]);
+}

@@ -1,0 +1,308 @@
+/* Binds the checkpoint's tensors to q35_weights by name, under whichever
+ * prefix the file uses (HF text "model.", HF multimodal
+ * "model.language_model.", MLX "language_model.model."), checking every shape
+ * against the geometry. mtp.* and vision tensors are never looked at. Linear
+ * weights stay in the mapping (BF16/F16/F32 or MLX affine, read by
+ * host->matmul); small vectors (norms, conv taps, decay parameters) are
+ * converted to float32 here. */
+#include "qwen35.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct q35_binder {
+    const loom_host *host;
+    const loom_checkpoint *ckpt;
+    const char *prefix;
+    loom_err *err;
+} q35_binder;
+
+static const char *const q35_prefixes[] = {
+    "model.language_model.",
+    "model.",
+    "language_model.model.",
+};
+
+static void q35_shape_str(char *buf, size_t size, const int64_t *shape,
+                          int ndim)
+{
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, size - n, "[");
+    for (int i = 0; i < ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? ", " : "",
+                              (long long)shape[i]);
+    if (n < size)
+        snprintf(buf + n, size - n, "]");
+}
+
+/* A linear weight prefix + name, [rows, cols]. */
+static loom_status q35_linear(const q35_binder *b, const char *name,
+                              int64_t rows, int64_t cols, loom_weight *out)
+{
+    char base[256];
+    snprintf(base, sizeof base, "%s%s", b->prefix, name);
+    return b->host->weight_find(b->ckpt, base, rows, cols, out, b->err);
+}
+
+/* A small float tensor prefix + name of exactly `shape`, copied to a new
+ * float array; `shape2` (ndim2 > 0) is an accepted alternative layout with
+ * the same memory order. */
+static loom_status q35_floats(const q35_binder *b, const char *name,
+                              const int64_t *shape, int ndim,
+                              const int64_t *shape2, int ndim2, float **out,
+                              int *which)
+{
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", b->prefix, name);
+    loom_tensor t;
+    loom_status st = b->host->tensor_find(b->ckpt, full, &t, b->err);
+    if (st != LOOM_OK)
+        return st;
+    int match = 0;
+    if (t.ndim == ndim && memcmp(t.shape, shape, sizeof *shape * ndim) == 0)
+        match = 1;
+    else if (ndim2 > 0 && t.ndim == ndim2 &&
+             memcmp(t.shape, shape2, sizeof *shape2 * ndim2) == 0)
+        match = 2;
+    if (!match) {
+        char got[96], want[96];
+        q35_shape_str(got, sizeof got, t.shape, t.ndim);
+        q35_shape_str(want, sizeof want, shape, ndim);
+        return loom_err_set(b->err, LOOM_ERR_FORMAT,
+                            "tensor %s has shape %s, expected %s", full, got,
+                            want);
+    }
+    if (which)
+        *which = match;
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= shape[i];
+    float *f = malloc((size_t)n * sizeof(float));
+    if (!f)
+        return loom_err_set(b->err, LOOM_ERR_NOMEM, "tensor %s: no memory",
+                            full);
+    st = loom_cpu_tensor_f32(&t, f, n, b->err);
+    if (st != LOOM_OK) {
+        free(f);
+        return st;
+    }
+    *out = f;
+    return LOOM_OK;
+}
+
+static loom_status q35_vec(const q35_binder *b, const char *name, int64_t n,
+                           float **out)
+{
+    return q35_floats(b, name, &n, 1, NULL, 0, out, NULL);
+}
+
+/* Zero-centred norms are stored as w and used as (1 + w); MLX files carry
+ * 1 + w already. Either way the model keeps the multiplier itself. */
+static void q35_shift(float *w, int64_t n, int shifted)
+{
+    if (!shifted)
+        for (int64_t i = 0; i < n; i++)
+            w[i] = 1.0f + w[i];
+}
+
+static loom_status q35_bind_gdn(const q35_binder *b, const q35_geometry *g,
+                                const char *lp, q35_layer *L, int *mlx_conv)
+{
+    char n[192];
+    loom_status st;
+    int64_t kd = q35_key_dim(g), vd = q35_value_dim(g), cd = q35_conv_dim(g);
+    int64_t Hv = g->lin_v_heads, H = g->hidden, K = g->conv_kernel;
+    if (g->variant == Q35_VARIANT_NEXT) {
+        snprintf(n, sizeof n, "%slinear_attn.in_proj_qkvz", lp);
+        if ((st = q35_linear(b, n, 2 * kd + 2 * vd, H, &L->in_qkvz)))
+            return st;
+        snprintf(n, sizeof n, "%slinear_attn.in_proj_ba", lp);
+        if ((st = q35_linear(b, n, 2 * Hv, H, &L->in_ba)))
+            return st;
+    } else {
+        snprintf(n, sizeof n, "%slinear_attn.in_proj_qkv", lp);
+        if ((st = q35_linear(b, n, cd, H, &L->in_qkv)))
+            return st;
+        snprintf(n, sizeof n, "%slinear_attn.in_proj_z", lp);
+        if ((st = q35_linear(b, n, vd, H, &L->in_z)))
+            return st;
+        snprintf(n, sizeof n, "%slinear_attn.in_proj_b", lp);
+        if ((st = q35_linear(b, n, Hv, H, &L->in_b)))
+            return st;
+        snprintf(n, sizeof n, "%slinear_attn.in_proj_a", lp);
+        if ((st = q35_linear(b, n, Hv, H, &L->in_a)))
+            return st;
+    }
+    snprintf(n, sizeof n, "%slinear_attn.out_proj", lp);
+    if ((st = q35_linear(b, n, H, vd, &L->out_proj)))
+        return st;
+    /* PyTorch [C, 1, K]; MLX [C, K, 1]: the same memory order */
+    int64_t pt[3] = {cd, 1, K}, mx[3] = {cd, K, 1};
+    int which = 0;
+    snprintf(n, sizeof n, "%slinear_attn.conv1d.weight", lp);
+    if ((st = q35_floats(b, n, pt, 3, mx, 3, &L->conv_w, &which)))
+        return st;
+    if (which == 2 && K > 1)
+        *mlx_conv = 1;
+    snprintf(n, sizeof n, "%slinear_attn.A_log", lp);
+    if ((st = q35_vec(b, n, Hv, &L->neg_a)))
+        return st;
+    for (int64_t i = 0; i < Hv; i++)
+        L->neg_a[i] = -expf(L->neg_a[i]);
+    snprintf(n, sizeof n, "%slinear_attn.dt_bias", lp);
+    if ((st = q35_vec(b, n, Hv, &L->dt_bias)))
+        return st;
+    snprintf(n, sizeof n, "%slinear_attn.norm.weight", lp);
+    return q35_vec(b, n, g->lin_dv, &L->gnorm);
+}
+
+static loom_status q35_bind_attn(const q35_binder *b, const q35_geometry *g,
+                                 const char *lp, q35_layer *L)
+{
+    char n[192];
+    loom_status st;
+    int64_t H = g->hidden, hd = g->head_dim;
+    snprintf(n, sizeof n, "%sself_attn.q_proj", lp);
+    if ((st = q35_linear(b, n, 2 * g->n_heads * hd, H, &L->q_proj)))
+        return st;
+    snprintf(n, sizeof n, "%sself_attn.k_proj", lp);
+    if ((st = q35_linear(b, n, g->n_kv_heads * hd, H, &L->k_proj)))
+        return st;
+    snprintf(n, sizeof n, "%sself_attn.v_proj", lp);
+    if ((st = q35_linear(b, n, g->n_kv_heads * hd, H, &L->v_proj)))
+        return st;
+    snprintf(n, sizeof n, "%sself_attn.o_proj", lp);
+    if ((st = q35_linear(b, n, H, g->n_heads * hd, &L->o_proj)))
+        return st;
+    snprintf(n, sizeof n, "%sself_attn.q_norm.weight", lp);
+    if ((st = q35_vec(b, n, hd, &L->q_norm)))
+        return st;
+    snprintf(n, sizeof n, "%sself_attn.k_norm.weight", lp);
+    return q35_vec(b, n, hd, &L->k_norm);
+}
+
+static loom_status q35_bind_mlp(const q35_binder *b, const q35_geometry *g,
+                                int64_t i, const char *lp, q35_layer *L)
+{
+    char n[192];
+    loom_status st;
+    int64_t H = g->hidden;
+    if (g->moe_layer[i])
+        return loom_err_set(b->err, LOOM_ERR_UNSUPPORTED,
+                            "config.json: num_experts = %lld: layer %lld is "
+                            "a mixture-of-experts block, which the qwen35 "
+                            "CPU path does not run yet",
+                            (long long)g->n_experts, (long long)i);
+    snprintf(n, sizeof n, "%smlp.gate_proj", lp);
+    if ((st = q35_linear(b, n, g->ffn, H, &L->gate)))
+        return st;
+    snprintf(n, sizeof n, "%smlp.up_proj", lp);
+    if ((st = q35_linear(b, n, g->ffn, H, &L->up)))
+        return st;
+    snprintf(n, sizeof n, "%smlp.down_proj", lp);
+    return q35_linear(b, n, H, g->ffn, &L->down);
+}
+
+void q35_weights_free(q35_weights *w)
+{
+    if (w->layers) {
+        for (int i = 0; i < Q35_MAX_LAYERS && w->layers[i].kind; i++) {
+            q35_layer *L = &w->layers[i];
+            free(L->in_norm);
+            free(L->post_norm);
+            free(L->q_norm);
+            free(L->k_norm);
+            free(L->conv_w);
+            free(L->neg_a);
+            free(L->dt_bias);
+            free(L->gnorm);
+            free(L->experts);
+        }
+    }
+    free(w->layers);
+    free(w->norm);
+    memset(w, 0, sizeof *w);
+}
+
+loom_status q35_weights_bind(const loom_host *host,
+                             const loom_checkpoint *ckpt,
+                             const q35_geometry *g, q35_weights *w,
+                             loom_err *err)
+{
+    memset(w, 0, sizeof *w);
+    q35_binder b = {host, ckpt, NULL, err};
+    for (size_t i = 0; i < sizeof q35_prefixes / sizeof *q35_prefixes; i++) {
+        char probe[96];
+        size_t cur = 0;
+        loom_tensor t;
+        snprintf(probe, sizeof probe, "%sembed_tokens.", q35_prefixes[i]);
+        if (host->tensor_next(ckpt, probe, &cur, &t)) {
+            b.prefix = q35_prefixes[i];
+            break;
+        }
+    }
+    if (!b.prefix)
+        return loom_err_set(err, LOOM_ERR_NOT_FOUND,
+                            "%s: no embed_tokens.weight under model., "
+                            "model.language_model. or language_model.model.",
+                            host->checkpoint_path(ckpt));
+    loom_status st;
+    int64_t H = g->hidden;
+    /* one extra zeroed layer marks the end for q35_weights_free */
+    w->layers = calloc((size_t)g->n_layers + 1, sizeof *w->layers);
+    if (!w->layers)
+        return loom_err_set(err, LOOM_ERR_NOMEM, "qwen35: no memory");
+    if ((st = q35_linear(&b, "embed_tokens", g->vocab, H, &w->embed)))
+        goto fail;
+    if (g->tied) {
+        w->lm_head = w->embed;
+    } else {
+        /* lm_head sits outside the text model's prefix */
+        const char *head = strcmp(b.prefix, "language_model.model.") == 0
+                               ? "language_model.lm_head"
+                               : "lm_head";
+        if ((st = host->weight_find(ckpt, head, g->vocab, H, &w->lm_head,
+                                    err)))
+            goto fail;
+    }
+    int mlx_conv = 0;
+    for (int64_t i = 0; i < g->n_layers; i++) {
+        q35_layer *L = &w->layers[i];
+        char lp[64], n[192];
+        L->kind = g->kinds[i];
+        snprintf(lp, sizeof lp, "layers.%lld.", (long long)i);
+        snprintf(n, sizeof n, "%sinput_layernorm.weight", lp);
+        if ((st = q35_vec(&b, n, H, &L->in_norm)))
+            goto fail;
+        snprintf(n, sizeof n, "%spost_attention_layernorm.weight", lp);
+        if ((st = q35_vec(&b, n, H, &L->post_norm)))
+            goto fail;
+        st = L->kind == 'L' ? q35_bind_gdn(&b, g, lp, L, &mlx_conv)
+                            : q35_bind_attn(&b, g, lp, L);
+        if (st != LOOM_OK)
+            goto fail;
+        if ((st = q35_bind_mlp(&b, g, i, lp, L)))
+            goto fail;
+    }
+    if ((st = q35_vec(&b, "norm.weight", H, &w->norm)))
+        goto fail;
+
+    /* MLX conversions shift the zero-centred norms (and transpose conv1d,
+     * which is how they are recognised) */
+    w->norms_shifted =
+        mlx_conv || strcmp(b.prefix, "language_model.model.") == 0;
+    q35_shift(w->norm, H, w->norms_shifted);
+    for (int64_t i = 0; i < g->n_layers; i++) {
+        q35_layer *L = &w->layers[i];
+        q35_shift(L->in_norm, H, w->norms_shifted);
+        q35_shift(L->post_norm, H, w->norms_shifted);
+        if (L->kind == 'A') {
+            q35_shift(L->q_norm, g->head_dim, w->norms_shifted);
+            q35_shift(L->k_norm, g->head_dim, w->norms_shifted);
+        }
+    }
+    return LOOM_OK;
+fail:
+    q35_weights_free(w);
+    return st;
+}

@@ -1,0 +1,285 @@
+/* A deterministic family for testing the lane: no weights, logits in closed
+ * form from a hash of the stream's whole history (every token and its
+ * position), so a lane that feeds a stream's tokens out of order, twice, to
+ * the wrong cache or at the wrong position changes what it generates. It
+ * claims only config.json with architectures ["LoomToyForTest"].
+ *
+ * config.json fields: vocab_size (64), eos_token_id (int or list; 63),
+ * max_position_embeddings (4096), toy_eos_at (the eos logit jumps to the
+ * top from this position on; 0: never), toy_fail_token (a round holding a
+ * row with this token fails; -1: never). */
+#include <string.h>
+#include <stdlib.h>
+
+#include <loom/plugin.h>
+
+#define TOY_MAGIC 0x746f7931u
+
+typedef struct toy_model {
+    const loom_host *host;
+    int32_t vocab;
+    int32_t n_eos;
+    int32_t eos[LOOM_MAX_EOS];
+    int64_t max_context;
+    int32_t max_rows;
+    int32_t eos_at;
+    int32_t fail_token;
+} toy_model;
+
+struct loom_cache {
+    uint32_t magic;
+    const toy_model *model;
+    uint64_t h;  /* hash of (token, position) of every row fed */
+    int32_t len; /* rows fed */
+};
+
+static uint64_t toy_mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+static uint64_t toy_feed(uint64_t h, int32_t token, int32_t position)
+{
+    return toy_mix(
+        h ^ toy_mix(((uint64_t)(uint32_t)token << 32) | (uint32_t)position));
+}
+
+/* Logits after a row: in [-4, 4) from the history hash, eos pushed down
+ * (or to the top from toy_eos_at on). */
+static void toy_logits(const toy_model *m, uint64_t h, int32_t position,
+                       float *out)
+{
+    for (int32_t v = 0; v < m->vocab; v++) {
+        uint64_t r = toy_mix(h + 0x9E3779B97F4A7C15ull * (uint64_t)(v + 1));
+        out[v] = (float)((double)(r >> 40) / 16777216.0 * 8.0 - 4.0);
+    }
+    for (int32_t i = 0; i < m->n_eos; i++) {
+        int32_t e = m->eos[i];
+        if (e >= 0 && e < m->vocab)
+            out[e] =
+                (m->eos_at > 0 && position + 1 >= m->eos_at) ? 20.0f : -6.0f;
+    }
+}
+
+static int64_t cfg_int(const loom_host *h, const loom_json *cfg,
+                       const char *key, int64_t dflt)
+{
+    const loom_json *v = h->json_get(cfg, key);
+    loom_json_type t = h->json_type(v);
+    return (t == LOOM_JSON_INT || t == LOOM_JSON_REAL) ? h->json_int(v) : dflt;
+}
+
+static loom_status LOOM_ABI toy_geometry(const loom_host *h,
+                                         const loom_checkpoint *c,
+                                         const loom_fields *out, loom_err *err)
+{
+    const loom_json *cfg = h->text_config(c);
+    int64_t vocab = cfg_int(h, cfg, "vocab_size", 64);
+    if (vocab <= 0 || vocab > (1 << 24))
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "config.json: vocab_size %lld", (long long)vocab);
+    out->i64(out->ctx, "vocab_size", vocab);
+    out->str(out->ctx, "kind", "toy");
+    return LOOM_OK;
+}
+
+static loom_status LOOM_ABI toy_open(const loom_host *h,
+                                     const loom_checkpoint *c,
+                                     const loom_model_options *o,
+                                     loom_model **out, loom_err *err)
+{
+    const loom_json *cfg = h->text_config(c);
+    toy_model m = {0};
+    m.host = h;
+    m.vocab = (int32_t)cfg_int(h, cfg, "vocab_size", 64);
+    if (m.vocab <= 0 || m.vocab > (1 << 24))
+        return loom_err_set(err, LOOM_ERR_FORMAT, "config.json: vocab_size %d",
+                            m.vocab);
+    const loom_json *eos = h->json_get(cfg, "eos_token_id");
+    if (h->json_type(eos) == LOOM_JSON_ARRAY) {
+        for (size_t i = 0; i < h->json_len(eos) && m.n_eos < LOOM_MAX_EOS; i++)
+            m.eos[m.n_eos++] = (int32_t)h->json_int(h->json_at(eos, i));
+    } else if (h->json_type(eos) == LOOM_JSON_INT) {
+        m.eos[m.n_eos++] = (int32_t)h->json_int(eos);
+    } else {
+        m.eos[m.n_eos++] = m.vocab - 1;
+    }
+    m.max_context = cfg_int(h, cfg, "max_position_embeddings", 4096);
+    if (o->max_context > 0 && o->max_context < m.max_context)
+        m.max_context = o->max_context;
+    m.max_rows = o->max_rows > 0 ? o->max_rows : 512;
+    m.eos_at = (int32_t)cfg_int(h, cfg, "toy_eos_at", 0);
+    m.fail_token = (int32_t)cfg_int(h, cfg, "toy_fail_token", -1);
+    toy_model *pm = (toy_model *)malloc(sizeof *pm);
+    if (!pm)
+        return loom_err_set(err, LOOM_ERR_NOMEM, "toy: out of memory");
+    *pm = m;
+    *out = (loom_model *)pm;
+    return LOOM_OK;
+}
+
+static void LOOM_ABI toy_close(loom_model *model)
+{
+    free(model);
+}
+
+static void LOOM_ABI toy_describe(const loom_model *model,
+                                  loom_model_info *info)
+{
+    const toy_model *m = (const toy_model *)model;
+    info->vocab = m->vocab;
+    info->hidden = 8;
+    info->n_layers = 1;
+    info->n_eos = m->n_eos;
+    for (int32_t i = 0; i < m->n_eos; i++)
+        info->eos[i] = m->eos[i];
+    info->max_context = m->max_context;
+    info->layer_kinds = "-";
+    info->cache_bytes_fixed = sizeof(struct loom_cache);
+    info->cache_bytes_per_token = 0;
+    info->max_rows = m->max_rows;
+    info->caps = 0;
+    info->device = LOOM_DEVICE_CPU;
+    info->compute_dtype = LOOM_DTYPE_F32;
+}
+
+static loom_status LOOM_ABI toy_cache_new(loom_model *model, loom_cache **out,
+                                          loom_err *err)
+{
+    toy_model *m = (toy_model *)model;
+    loom_cache *c = (loom_cache *)calloc(1, sizeof *c);
+    if (!c)
+        return loom_err_set(err, LOOM_ERR_NOMEM, "toy: out of memory");
+    c->magic = TOY_MAGIC;
+    c->model = m;
+    /* the accounting lets tests see caches that were never freed */
+    m->host->account(m->host, "toy cache", (int64_t)sizeof *c);
+    *out = c;
+    return LOOM_OK;
+}
+
+static void LOOM_ABI toy_cache_reset(loom_model *model, loom_cache *c)
+{
+    (void)model;
+    c->h = 0;
+    c->len = 0;
+}
+
+static void LOOM_ABI toy_cache_free(loom_model *model, loom_cache *c)
+{
+    toy_model *m = (toy_model *)model;
+    if (!c)
+        return;
+    c->magic = 0;
+    m->host->account(m->host, "toy cache", -(int64_t)sizeof *c);
+    free(c);
+}
+
+static loom_status LOOM_ABI toy_forward(loom_model *model,
+                                        const loom_round *round,
+                                        const loom_output *out, loom_err *err)
+{
+    toy_model *m = (toy_model *)model;
+    if (round->n_rows <= 0 || round->n_rows > m->max_rows)
+        return loom_err_set(err, LOOM_ERR_RANGE, "toy: %d rows (max %d)",
+                            round->n_rows, m->max_rows);
+    /* check every row before touching a cache: a failed forward changes
+     * nothing */
+    for (int32_t r = 0; r < round->n_rows; r++) {
+        const loom_row *row = &round->rows[r];
+        if (!row->cache || row->cache->magic != TOY_MAGIC ||
+            row->cache->model != m)
+            return loom_err_set(err, LOOM_ERR_INVALID,
+                                "toy: row %d: not a cache of this model", r);
+        if (row->token < 0 || row->token >= m->vocab)
+            return loom_err_set(err, LOOM_ERR_RANGE, "toy: row %d: token %d", r,
+                                row->token);
+        if (row->parent != -1)
+            return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                                "toy: row %d: parent %d (no trees)", r,
+                                row->parent);
+        if (row->token == m->fail_token)
+            return loom_err_set(err, LOOM_ERR_DEVICE,
+                                "toy: row %d: token %d fails on purpose", r,
+                                row->token);
+        int32_t before = 0; /* earlier rows of the same cache */
+        for (int32_t q = 0; q < r; q++)
+            if (round->rows[q].cache == row->cache)
+                before++;
+        if (row->position != row->cache->len + before)
+            return loom_err_set(err, LOOM_ERR_STATE,
+                                "toy: row %d: position %d, cache holds %d "
+                                "(+%d earlier rows)",
+                                r, row->position, row->cache->len, before);
+        if ((int64_t)row->position >= m->max_context)
+            return loom_err_set(err, LOOM_ERR_RANGE,
+                                "toy: row %d: position %d past context %lld", r,
+                                row->position, (long long)m->max_context);
+    }
+    int32_t k = 0;
+    for (int32_t r = 0; r < round->n_rows; r++) {
+        const loom_row *row = &round->rows[r];
+        loom_cache *c = row->cache;
+        c->h = toy_feed(c->h, row->token, row->position);
+        c->len++;
+        if (row->flags & LOOM_ROW_LOGITS) {
+            toy_logits(m, c->h, row->position,
+                       out->logits + (size_t)k * (size_t)m->vocab);
+            k++;
+        }
+    }
+    return LOOM_OK;
+}
+
+static loom_status LOOM_ABI toy_commit(loom_model *model, loom_cache *cache,
+                                       int32_t kept, loom_err *err)
+{
+    (void)model;
+    (void)cache;
+    (void)kept;
+    return loom_err_set(err, LOOM_ERR_UNSUPPORTED, "toy: no windows");
+}
+
+static const loom_family_i toy_family = {
+    sizeof(loom_family_i), toy_geometry,  toy_open,        toy_close,
+    toy_describe,          toy_cache_new, toy_cache_reset, toy_cache_free,
+    toy_forward,           toy_commit,
+};
+
+static int32_t LOOM_ABI toy_probe(const loom_host *h, const loom_checkpoint *c)
+{
+    const loom_json *a = h->json_get(h->config(c), "architectures");
+    for (size_t i = 0; i < h->json_len(a); i++) {
+        const char *s = h->json_str(h->json_at(a, i));
+        if (s && strcmp(s, "LoomToyForTest") == 0)
+            return 10;
+    }
+    return 0;
+}
+
+static const void *LOOM_ABI toy_get_interface(const char *id)
+{
+    return strcmp(id, LOOM_FAMILY_ID) == 0 ? &toy_family : NULL;
+}
+
+static const loom_plugin toy_plugin = {
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    sizeof(loom_plugin),
+    "tp-toy",
+    "0.1.0",
+    LOOM_PLUGIN_FAMILY,
+    "lane tests: a closed-form family with no weights",
+    toy_probe,
+    toy_get_interface,
+};
+
+LOOM_EXPORT const loom_plugin *LOOM_ABI loom_plugin_entry(void)
+{
+    return &toy_plugin;
+}
