@@ -5,6 +5,8 @@
 
 #include <jansson.h>
 
+#include <loom/safetensors.h>
+
 #include "cli_common.h"
 #include "commands.h"
 
@@ -107,6 +109,17 @@ int loom_cmd_inspect(int argc, char **argv)
         goto fail;
     }
     int32_t score = ref->plugin->probe(&hs.host, ckpt);
+    json_t *tensor_list = NULL;
+    if (json && tensors) {
+        if (loom_checkpoint_load_tensors(ckpt, &err) != LOOM_OK)
+            goto fail;
+        tensor_list = loom_cli_tensors_json(loom_checkpoint_tensors(ckpt),
+                                            loom_checkpoint_dir(ckpt));
+        if (!tensor_list) {
+            loom_err_set(&err, LOOM_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    }
     if (json) {
         json_t *root =
             json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:O}", "checkpoint",
@@ -114,6 +127,8 @@ int loom_cmd_inspect(int argc, char **argv)
                       "kind", drafter ? "drafter" : "family", "version",
                       ref->plugin->version ? ref->plugin->version : "", "path",
                       ref->path, "score", (int)score, "geometry", geo);
+        if (tensor_list)
+            json_object_set_new(root, "tensors", tensor_list);
         char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         printf("%s\n", s);
         free(s);
@@ -134,7 +149,7 @@ int loom_cmd_inspect(int argc, char **argv)
         }
     }
     rc = 0;
-    if (tensors) {
+    if (tensors && !json) {
         fflush(stdout);
         rc = loom_cli_print_tensors(model, json);
     }

@@ -36,8 +36,7 @@ static int print_table(const loom_st *st, const char *dir)
         char shape[200];
         shape_str(t, shape, sizeof shape);
         printf("%-*s  %-7s  %-20s  %12llu\n", (int)width, t->name,
-               loom_dtype_name(t->dtype), shape,
-               (unsigned long long)t->nbytes);
+               loom_dtype_name(t->dtype), shape, (unsigned long long)t->nbytes);
         total += t->nbytes;
     }
     printf("%zu tensors, %llu bytes (%.2f MiB) in %s\n", n,
@@ -45,7 +44,7 @@ static int print_table(const loom_st *st, const char *dir)
     return 0;
 }
 
-static int print_json(const loom_st *st, const char *dir)
+json_t *loom_cli_tensors_json(const loom_st *st, const char *dir)
 {
     json_t *root = json_object();
     json_t *arr = json_array();
@@ -72,14 +71,24 @@ static int print_json(const loom_st *st, const char *dir)
     }
     if (!bad)
         bad = json_object_set_new(root, "model", json_string(dir)) ||
-              json_object_set_new(root, "count",
-                                  json_integer((json_int_t)loom_st_count(st))) ||
+              json_object_set_new(
+                  root, "count", json_integer((json_int_t)loom_st_count(st))) ||
               json_object_set_new(root, "total_bytes",
                                   json_integer((json_int_t)total)) ||
               json_object_set(root, "tensors", arr);
-    if (!bad)
-        bad = json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(arr);
+    if (bad) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+static int print_json(const loom_st *st, const char *dir)
+{
+    json_t *root = loom_cli_tensors_json(st, dir);
+    int bad = !root ||
+              json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(root);
     if (bad) {
         fprintf(stderr, "loom: out of memory listing tensors\n");

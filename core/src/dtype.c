@@ -10,18 +10,12 @@ typedef struct dtype_info {
 
 /* Indexed by loom_dtype; the enum values are ABI and never reorder. */
 static const dtype_info dtypes[LOOM_DTYPE_COUNT] = {
-    [LOOM_DTYPE_F32] = {"F32", 4},
-    [LOOM_DTYPE_F16] = {"F16", 2},
-    [LOOM_DTYPE_BF16] = {"BF16", 2},
-    [LOOM_DTYPE_I32] = {"I32", 4},
-    [LOOM_DTYPE_U32] = {"U32", 4},
-    [LOOM_DTYPE_I8] = {"I8", 1},
-    [LOOM_DTYPE_U8] = {"U8", 1},
-    [LOOM_DTYPE_F8_E4M3] = {"F8_E4M3", 1},
-    [LOOM_DTYPE_I64] = {"I64", 8},
-    [LOOM_DTYPE_F64] = {"F64", 8},
-    [LOOM_DTYPE_I16] = {"I16", 2},
-    [LOOM_DTYPE_U16] = {"U16", 2},
+    [LOOM_DTYPE_F32] = {"F32", 4},   [LOOM_DTYPE_F16] = {"F16", 2},
+    [LOOM_DTYPE_BF16] = {"BF16", 2}, [LOOM_DTYPE_I32] = {"I32", 4},
+    [LOOM_DTYPE_U32] = {"U32", 4},   [LOOM_DTYPE_I8] = {"I8", 1},
+    [LOOM_DTYPE_U8] = {"U8", 1},     [LOOM_DTYPE_F8_E4M3] = {"F8_E4M3", 1},
+    [LOOM_DTYPE_I64] = {"I64", 8},   [LOOM_DTYPE_F64] = {"F64", 8},
+    [LOOM_DTYPE_I16] = {"I16", 2},   [LOOM_DTYPE_U16] = {"U16", 2},
     [LOOM_DTYPE_BOOL] = {"BOOL", 1},
 };
 

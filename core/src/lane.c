@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <loom/checkpoint.h>
 #include <loom/lane.h>
 #include <loom/platform.h>
 #include <loom/tokenizer.h>
@@ -24,7 +25,9 @@ typedef struct stream {
     int32_t ignore_eos;
     loom_lane_cb cb;
     void *user;
-    loom_sampler *sampler;
+    loom_sample_params sp; /* bias points at `bias` */
+    loom_logit_bias *bias;
+    loom_sampler *sampler; /* made at admission: queued streams hold none */
     uint64_t seed;
     int32_t n_logprobs;
 
@@ -52,7 +55,7 @@ struct loom_lane {
     loom_model *model;
     int32_t vocab;
     int32_t n_eos;
-    int32_t eos[LOOM_MAX_EOS];
+    int32_t eos[2 * LOOM_MAX_EOS];
     const loom_tokenizer *tok;
     loom_lane_piece_fn piece;
     void *piece_ctx;
@@ -91,12 +94,18 @@ struct loom_lane {
 const char *loom_finish_name(loom_finish f)
 {
     switch (f) {
-    case LOOM_FINISH_STOP: return "stop";
-    case LOOM_FINISH_LENGTH: return "length";
-    case LOOM_FINISH_CONTEXT: return "context";
-    case LOOM_FINISH_CANCELLED: return "cancelled";
-    case LOOM_FINISH_ERROR: return "error";
-    default: return "";
+    case LOOM_FINISH_STOP:
+        return "stop";
+    case LOOM_FINISH_LENGTH:
+        return "length";
+    case LOOM_FINISH_CONTEXT:
+        return "context";
+    case LOOM_FINISH_CANCELLED:
+        return "cancelled";
+    case LOOM_FINISH_ERROR:
+        return "error";
+    default:
+        return "";
     }
 }
 
@@ -287,6 +296,7 @@ static void stream_free(stream *s)
     free(s->stop);
     free(s->stop_len);
     loom_sampler_free(s->sampler);
+    free(s->bias);
     if (s->detok)
         loom_detok_free(s->detok);
     free(s->held);
@@ -361,6 +371,32 @@ int32_t loom_lane_pending(loom_lane *lane)
     return n;
 }
 
+static void add_eos(loom_lane *lane, json_t *v)
+{
+    if (!json_is_integer(v))
+        return;
+    int32_t id = (int32_t)json_integer_value(v);
+    for (int32_t i = 0; i < lane->n_eos; i++)
+        if (lane->eos[i] == id)
+            return;
+    if (lane->n_eos < 2 * LOOM_MAX_EOS)
+        lane->eos[lane->n_eos++] = id;
+}
+
+/* generation_config.json may name eos ids that config.json does not (chat
+ * models often end turns with a second one). */
+static void add_generation_eos(loom_lane *lane, const loom_engine *e)
+{
+    json_t *gc = e->ckpt ? loom_checkpoint_generation_config(e->ckpt) : NULL;
+    json_t *v = gc ? json_object_get(gc, "eos_token_id") : NULL;
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            add_eos(lane, json_array_get(v, i));
+    } else {
+        add_eos(lane, v);
+    }
+}
+
 loom_status loom_lane_new(const loom_lane_params *p, loom_lane **out,
                           loom_err *err)
 {
@@ -385,10 +421,11 @@ loom_status loom_lane_new(const loom_lane_params *p, loom_lane **out,
     lane->fam = p->engine->family;
     lane->model = p->engine->model;
     lane->vocab = info->vocab;
-    lane->n_eos = info->n_eos < 0 ? 0
+    lane->n_eos = info->n_eos < 0              ? 0
                   : info->n_eos > LOOM_MAX_EOS ? LOOM_MAX_EOS
                                                : info->n_eos;
     memcpy(lane->eos, info->eos, sizeof(int32_t) * (size_t)lane->n_eos);
+    add_generation_eos(lane, p->engine);
     lane->tok = p->tokenizer;
     lane->piece = p->piece;
     lane->piece_ctx = p->piece_ctx;
@@ -408,10 +445,10 @@ loom_status loom_lane_new(const loom_lane_params *p, loom_lane **out,
         ms = lane->round_tokens - 1;
     lane->max_streams = ms > 0 ? ms : 1;
     lane->max_queued = p->max_queued > 0 ? p->max_queued : 4096;
-    lane->prefill_chunk = p->prefill_chunk > 0 ? p->prefill_chunk
-                                               : lane->round_tokens;
-    lane->max_context = info->max_context > 0 ? info->max_context
-                                              : ((int64_t)1 << 30);
+    lane->prefill_chunk =
+        p->prefill_chunk > 0 ? p->prefill_chunk : lane->round_tokens;
+    lane->max_context =
+        info->max_context > 0 ? info->max_context : ((int64_t)1 << 30);
     if (p->max_context > 0 && p->max_context < lane->max_context)
         lane->max_context = p->max_context;
     lane->next_id = 1;
@@ -419,12 +456,12 @@ loom_status loom_lane_new(const loom_lane_params *p, loom_lane **out,
 
     lane->mu = loom_mutex_new();
     lane->cv = loom_cond_new();
-    lane->pool = (loom_cache **)calloc((size_t)lane->max_streams,
-                                       sizeof(loom_cache *));
-    lane->rows = (loom_row *)malloc(sizeof(loom_row) *
-                                    (size_t)lane->round_tokens);
-    lane->row_stream = (stream **)malloc(sizeof(stream *) *
-                                         (size_t)lane->round_tokens);
+    lane->pool =
+        (loom_cache **)calloc((size_t)lane->max_streams, sizeof(loom_cache *));
+    lane->rows =
+        (loom_row *)malloc(sizeof(loom_row) * (size_t)lane->round_tokens);
+    lane->row_stream =
+        (stream **)malloc(sizeof(stream *) * (size_t)lane->round_tokens);
     /* one logits row per active stream at most (no windows yet) */
     lane->logits = (float *)malloc(sizeof(float) * (size_t)lane->vocab *
                                    (size_t)lane->max_streams);
@@ -467,6 +504,10 @@ loom_status loom_lane_add(loom_lane *lane, const loom_stream_params *p,
         if (!p->stop[i] || !p->stop[i][0])
             return loom_err_set(err, LOOM_ERR_INVALID,
                                 "stream: stop string %d is empty", i);
+    if (p->n_stop > 0 && !lane->tok && !lane->piece)
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "stream: stop strings need a tokenizer, and "
+                            "this lane has none");
     loom_status rc = loom_sample_params_check(&p->sample, lane->vocab, err);
     if (rc)
         return rc;
@@ -475,11 +516,10 @@ loom_status loom_lane_add(loom_lane *lane, const loom_stream_params *p,
     if (!s)
         return loom_err_set(err, LOOM_ERR_NOMEM, "stream: out of memory");
     s->prompt = (int32_t *)malloc(sizeof(int32_t) * (size_t)p->n_prompt);
-    s->stop = p->n_stop ? (char **)calloc((size_t)p->n_stop, sizeof(char *))
-                        : NULL;
-    s->stop_len = p->n_stop ? (size_t *)calloc((size_t)p->n_stop,
-                                               sizeof(size_t))
-                            : NULL;
+    s->stop =
+        p->n_stop ? (char **)calloc((size_t)p->n_stop, sizeof(char *)) : NULL;
+    s->stop_len =
+        p->n_stop ? (size_t *)calloc((size_t)p->n_stop, sizeof(size_t)) : NULL;
     if (!s->prompt || (p->n_stop && (!s->stop || !s->stop_len))) {
         stream_free(s);
         return loom_err_set(err, LOOM_ERR_NOMEM, "stream: out of memory");
@@ -509,6 +549,20 @@ loom_status loom_lane_add(loom_lane *lane, const loom_stream_params *p,
         }
     }
 
+    s->sp = p->sample;
+    if (p->sample.n_bias > 0) {
+        size_t nb = sizeof(loom_logit_bias) * (size_t)p->sample.n_bias;
+        s->bias = (loom_logit_bias *)malloc(nb);
+        if (!s->bias) {
+            stream_free(s);
+            return loom_err_set(err, LOOM_ERR_NOMEM, "stream: out of memory");
+        }
+        memcpy(s->bias, p->sample.bias, nb);
+    }
+    s->sp.bias = s->bias;
+    s->state = ST_QUEUED;
+    s->t_add = loom_now_ns();
+
     loom_mutex_lock(lane->mu);
     if (lane->closing) {
         loom_mutex_unlock(lane->mu);
@@ -522,30 +576,15 @@ loom_status loom_lane_add(loom_lane *lane, const loom_stream_params *p,
         return loom_err_set(err, LOOM_ERR_FULL,
                             "lane: %d streams already waiting", q);
     }
-    lane->seed_state = mix64(lane->seed_state ^ loom_now_ns());
-    uint64_t random_seed = lane->seed_state;
+    if (s->sp.has_seed) {
+        s->seed = s->sp.seed;
+    } else {
+        lane->seed_state = mix64(lane->seed_state ^ loom_now_ns());
+        s->seed = lane->seed_state;
+    }
+    s->sp.seed = s->seed;
+    s->sp.has_seed = 1;
     s->id = lane->next_id++;
-    loom_mutex_unlock(lane->mu);
-
-    /* the sampler allocates vocab-sized arrays: outside the lock */
-    rc = loom_sampler_new(&p->sample, lane->vocab, random_seed, &s->sampler,
-                          err);
-    if (rc) {
-        stream_free(s);
-        return rc;
-    }
-    s->seed = loom_sampler_seed(s->sampler);
-    for (int32_t i = 0; i < s->n_prompt; i++)
-        loom_sampler_accept(s->sampler, s->prompt[i], 0);
-    s->state = ST_QUEUED;
-    s->t_add = loom_now_ns();
-
-    loom_mutex_lock(lane->mu);
-    if (lane->closing) {
-        loom_mutex_unlock(lane->mu);
-        stream_free(s);
-        return loom_err_set(err, LOOM_ERR_STATE, "lane: closing");
-    }
     if (lane->tail)
         lane->tail->next = s;
     else
@@ -607,8 +646,9 @@ static void deliver(loom_lane *lane, stream *s, const loom_sample_result *res,
     if (has_text) {
         loom_err err;
         if (text_push(lane, s, tok, &err)) {
-            stream_error(lane, s, "detokenizing failed (out of memory or "
-                                  "bad token)");
+            stream_error(lane, s,
+                         "detokenizing failed (out of memory or "
+                         "bad token)");
             return;
         }
         long at = s->n_stop ? stop_find(s, s->held, s->n_held) : -1;
@@ -702,8 +742,8 @@ static loom_status step(loom_lane *lane, int32_t *n_rows_out, loom_err *err)
     for (stream *s = lane->head; s; s = s->next)
         n++;
     if (n > lane->cap_snap) {
-        stream **sn = (stream **)realloc(lane->snap, sizeof(stream *) *
-                                                         (size_t)n * 2);
+        stream **sn =
+            (stream **)realloc(lane->snap, sizeof(stream *) * (size_t)n * 2);
         if (!sn) {
             loom_mutex_unlock(lane->mu);
             return loom_err_set(err, LOOM_ERR_NOMEM, "lane: out of memory");
@@ -738,10 +778,14 @@ static loom_status step(loom_lane *lane, int32_t *n_rows_out, loom_err *err)
         if (s->state != ST_QUEUED)
             continue;
         loom_err cerr;
-        if (cache_get(lane, &s->cache, &cerr) != LOOM_OK) {
+        if (loom_sampler_new(&s->sp, lane->vocab, s->seed, &s->sampler,
+                             &cerr) != LOOM_OK ||
+            cache_get(lane, &s->cache, &cerr) != LOOM_OK) {
             stream_error(lane, s, cerr.msg);
             continue;
         }
+        for (int32_t j = 0; j < s->n_prompt; j++)
+            loom_sampler_accept(s->sampler, s->prompt[j], 0);
         s->state = ST_PREFILL;
         n_active++;
     }
@@ -752,8 +796,8 @@ static loom_status step(loom_lane *lane, int32_t *n_rows_out, loom_err *err)
         stream *s = snap[i];
         if (s->state != ST_DECODE)
             continue;
-        lane->rows[nr] = (loom_row){s->cache, s->last, s->pos, -1,
-                                    LOOM_ROW_LOGITS};
+        lane->rows[nr] =
+            (loom_row){s->cache, s->last, s->pos, -1, LOOM_ROW_LOGITS};
         lane->row_stream[nr++] = s;
         n_logit_rows++;
         n_decode++;

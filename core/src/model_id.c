@@ -117,10 +117,10 @@ loom_status loom_model_resolve(const char *model, char *dir, size_t size,
     if (!loom_file_exists(refs) ||
         loom_read_file(refs, &rev, &len, &ignored) != LOOM_OK)
         return loom_err_set(err, LOOM_ERR_NOT_FOUND,
-                            "%s: not found: no directory ./%s, and no %s in "
-                            "the hub cache %s (from %s); loom does not "
-                            "download models",
-                            model, model, refs, cache, from);
+                            "%s: not found: looked for the directory ./%s "
+                            "and for %s (Hugging Face hub cache, from %s); "
+                            "loom does not download models",
+                            model, model, refs, from);
     /* refs/main is the commit hash, usually without a newline */
     while (len > 0 && (rev[len - 1] == '\n' || rev[len - 1] == '\r' ||
                        rev[len - 1] == ' ' || rev[len - 1] == '\t'))
@@ -134,13 +134,12 @@ loom_status loom_model_resolve(const char *model, char *dir, size_t size,
     int n = snprintf(snap, sizeof snap, "%s/snapshots/%s", repo, rev);
     free(rev);
     if (n < 0 || (size_t)n >= sizeof snap)
-        return loom_err_set(err, LOOM_ERR_RANGE, "%s: revision too long",
-                            refs);
+        return loom_err_set(err, LOOM_ERR_RANGE, "%s: revision too long", refs);
     if (!loom_dir_exists(snap))
         return loom_err_set(err, LOOM_ERR_NOT_FOUND,
-                            "%s: not found: no directory ./%s, and %s names "
-                            "snapshot %s, which is missing (hub cache %s, "
-                            "from %s)",
-                            model, model, refs, snap, cache, from);
+                            "%s: not found: looked for the directory ./%s "
+                            "and in the Hugging Face hub cache (from %s), "
+                            "whose %s names snapshot %s, which is missing",
+                            model, model, from, refs, snap);
     return mid_copy(snap, dir, size, err);
 }

@@ -100,8 +100,7 @@ static loom_status st_reserve(loom_st *st, size_t more, const char *label,
     if (cap < st->cap * 2)
         cap = st->cap * 2;
     if (cap > SIZE_MAX / sizeof *st->ents)
-        return loom_err_set(err, LOOM_ERR_NOMEM, "%s: too many tensors",
-                            label);
+        return loom_err_set(err, LOOM_ERR_NOMEM, "%s: too many tensors", label);
     st_entry *e = realloc(st->ents, cap * sizeof *e);
     if (!e)
         return loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory", label);
@@ -159,8 +158,7 @@ static loom_status st_entry_parse(st_entry *e, const char *name,
     const json_t *shape = json_object_get(val, "shape");
     if (!json_is_array(shape))
         return loom_err_set(err, LOOM_ERR_FORMAT,
-                            "%s: tensor '%s': no \"shape\" array", label,
-                            name);
+                            "%s: tensor '%s': no \"shape\" array", label, name);
     size_t ndim = json_array_size(shape);
     if (ndim > LOOM_MAX_DIMS)
         return loom_err_set(err, LOOM_ERR_FORMAT,
@@ -215,8 +213,7 @@ static loom_status st_entry_parse(st_entry *e, const char *name,
                             "%s: tensor '%s': data_offsets [%llu, %llu] run "
                             "past the data section (%llu bytes)",
                             label, name, (unsigned long long)begin,
-                            (unsigned long long)end,
-                            (unsigned long long)dsize);
+                            (unsigned long long)end, (unsigned long long)dsize);
     uint64_t esize = loom_dtype_size(dt);
     char sbuf[160];
     if (overflow || count > UINT64_MAX / esize)
@@ -274,14 +271,13 @@ static loom_status st_check_overlap(const loom_st *st, size_t first,
     loom_status s = LOOM_OK;
     for (size_t i = 1; i < k; i++) {
         if (v[i]->begin < v[i - 1]->end) {
-            s = loom_err_set(err, LOOM_ERR_FORMAT,
-                             "%s: tensors '%s' [%llu, %llu) and '%s' "
-                             "[%llu, %llu) overlap",
-                             label, v[i - 1]->t.name,
-                             (unsigned long long)v[i - 1]->begin,
-                             (unsigned long long)v[i - 1]->end, v[i]->t.name,
-                             (unsigned long long)v[i]->begin,
-                             (unsigned long long)v[i]->end);
+            s = loom_err_set(
+                err, LOOM_ERR_FORMAT,
+                "%s: tensors '%s' [%llu, %llu) and '%s' "
+                "[%llu, %llu) overlap",
+                label, v[i - 1]->t.name, (unsigned long long)v[i - 1]->begin,
+                (unsigned long long)v[i - 1]->end, v[i]->t.name,
+                (unsigned long long)v[i]->begin, (unsigned long long)v[i]->end);
             break;
         }
     }
@@ -402,8 +398,7 @@ static const st_entry *st_lookup(const loom_st *st, const char *name)
 }
 
 loom_status loom_st_open_memory(const void *data, uint64_t size,
-                                const char *label, loom_st **out,
-                                loom_err *err)
+                                const char *label, loom_st **out, loom_err *err)
 {
     loom_st *st = NULL;
     loom_status s = st_new(1, &st, err);
@@ -510,8 +505,8 @@ static loom_status st_open_index(const char *dir, const char *ipath,
     const char **files = NULL;
     json_t *wmap = json_object_get(root, "weight_map");
     if (!json_is_object(wmap)) {
-        s = loom_err_set(err, LOOM_ERR_FORMAT,
-                         "%s: no \"weight_map\" object", ipath);
+        s = loom_err_set(err, LOOM_ERR_FORMAT, "%s: no \"weight_map\" object",
+                         ipath);
         goto fail;
     }
     size_t nmap = json_object_size(wmap);
@@ -590,8 +585,7 @@ static loom_status st_open_index(const char *dir, const char *ipath,
             s = loom_err_set(err, LOOM_ERR_FORMAT,
                              "%s: tensor '%s' is mapped to %s/%s, which "
                              "lacks it (it is in %s)",
-                             ipath, key, dir, f,
-                             st->shards[e->shard].path);
+                             ipath, key, dir, f, st->shards[e->shard].path);
             goto fail;
         }
     }

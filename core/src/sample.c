@@ -17,22 +17,21 @@ void loom_sample_params_default(loom_sample_params *p)
     p->n_logprobs = -1;
 }
 
-loom_status loom_sample_params_check(const loom_sample_params *p,
-                                     int32_t vocab, loom_err *err)
+loom_status loom_sample_params_check(const loom_sample_params *p, int32_t vocab,
+                                     loom_err *err)
 {
     if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
-        return loom_err_set(err, LOOM_ERR_RANGE,
-                            "temperature %g: must be >= 0",
+        return loom_err_set(err, LOOM_ERR_RANGE, "temperature %g: must be >= 0",
                             (double)p->temperature);
     if (p->top_k < 0)
         return loom_err_set(err, LOOM_ERR_RANGE, "top_k %d: must be >= 0",
                             p->top_k);
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
-        return loom_err_set(err, LOOM_ERR_RANGE,
-                            "top_p %g: must be in (0, 1]", (double)p->top_p);
+        return loom_err_set(err, LOOM_ERR_RANGE, "top_p %g: must be in (0, 1]",
+                            (double)p->top_p);
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
-        return loom_err_set(err, LOOM_ERR_RANGE,
-                            "min_p %g: must be in [0, 1]", (double)p->min_p);
+        return loom_err_set(err, LOOM_ERR_RANGE, "min_p %g: must be in [0, 1]",
+                            (double)p->min_p);
     if (!(p->repeat_penalty > 0.0f) || !isfinite(p->repeat_penalty))
         return loom_err_set(err, LOOM_ERR_RANGE,
                             "repeat_penalty %g: must be > 0",
@@ -153,8 +152,7 @@ void loom_sample_apply_penalties(const loom_sample_params *p, float *logits,
             logits[t] = logits[t] > 0.0f ? logits[t] / p->repeat_penalty
                                          : logits[t] * p->repeat_penalty;
         if (pf && g > 0)
-            logits[t] -= p->presence_penalty +
-                         p->frequency_penalty * (float)g;
+            logits[t] -= p->presence_penalty + p->frequency_penalty * (float)g;
     }
 }
 
@@ -190,74 +188,100 @@ static void mask_after(float *logits, int32_t vocab, scored last)
             logits[t] = -INFINITY;
 }
 
-/* The finite tokens within `gap` of the best into buf, sorted best first;
- * returns how many. */
-static int32_t gather_sorted(const float *logits, int32_t vocab, float mx,
-                             double gap, scored *buf)
+/* Bucketed selection: tokens go into buckets by their distance below the
+ * best logit (NB_WIDTH per unit, the far tail in the last bucket), so the
+ * best-first prefix that top-k / top-p keep is every bucket before the one
+ * where the count or mass crosses the limit, plus a sorted prefix of that
+ * one bucket. One pass instead of a sort of the vocabulary. */
+#define NB 2048
+#define NB_WIDTH 32.0
+
+typedef struct buckets {
+    int32_t count[NB];
+    double mass[NB];
+} buckets;
+
+static int bucket_of(float mx, float v)
 {
-    double thr = (double)mx - gap;
+    double d = ((double)mx - (double)v) * NB_WIDTH;
+    return d >= NB - 1 ? NB - 1 : (int)d;
+}
+
+/* Fills the buckets (mass = exp(v - mx) when want_mass); returns the total
+ * mass. */
+static double bucket_fill(const float *logits, int32_t vocab, float mx,
+                          buckets *bk, int want_mass)
+{
+    memset(bk, 0, sizeof *bk);
+    double z = 0.0;
+    for (int32_t t = 0; t < vocab; t++) {
+        if (!(logits[t] > -INFINITY))
+            continue;
+        int b = bucket_of(mx, logits[t]);
+        bk->count[b]++;
+        if (want_mass) {
+            double e = exp((double)logits[t] - mx);
+            bk->mass[b] += e;
+            z += e;
+        }
+    }
+    return z;
+}
+
+/* The members of bucket b into buf, sorted best first; returns how many. */
+static int32_t bucket_sorted(const float *logits, int32_t vocab, float mx,
+                             int b, scored *buf)
+{
     int32_t m = 0;
     for (int32_t t = 0; t < vocab; t++)
-        if (logits[t] > -INFINITY && (double)logits[t] >= thr)
+        if (logits[t] > -INFINITY && bucket_of(mx, logits[t]) == b)
             buf[m++] = (scored){logits[t], t};
     qsort(buf, (size_t)m, sizeof *buf, scored_cmp);
     return m;
 }
 
-/* Keeps the k best (ties to the lower id). Only the tokens near the best
- * get sorted: the gap below the best widens until k tokens are inside. */
-static void mask_top_k(float *logits, int32_t vocab, int32_t k, scored *buf)
+/* Keeps the k best (ties to the lower id). */
+static void mask_top_k(float *logits, int32_t vocab, int32_t k, scored *buf,
+                       buckets *bk)
 {
     float mx = max_finite(logits, vocab);
-    double gap = 1.0;
-    for (;;) {
-        double thr = (double)mx - gap;
-        int32_t m = 0;
-        for (int32_t t = 0; t < vocab; t++)
-            if (logits[t] > -INFINITY && (double)logits[t] >= thr)
-                m++;
-        if (m >= k)
-            break;
-        if (gap > 1e38) /* fewer than k finite tokens: all stay */
-            return;
-        gap *= 4.0;
-    }
-    gather_sorted(logits, vocab, mx, gap, buf);
-    mask_after(logits, vocab, buf[k - 1]);
-}
-
-/* Keeps the smallest best-first set whose softmax mass reaches p. The
- * nucleus is a best-first prefix: once the tokens within a gap of the best
- * hold mass >= p it lies inside them, so only those get sorted. */
-static void mask_top_p(float *logits, int32_t vocab, float p, scored *buf)
-{
-    float mx = max_finite(logits, vocab);
-    double z = 0.0;
-    for (int32_t t = 0; t < vocab; t++)
-        if (logits[t] > -INFINITY)
-            z += exp((double)logits[t] - mx);
-    double gap = 8.0;
-    for (;;) {
-        double thr = (double)mx - gap, mass = 0.0;
-        for (int32_t t = 0; t < vocab; t++)
-            if (logits[t] > -INFINITY && (double)logits[t] >= thr)
-                mass += exp((double)logits[t] - mx);
-        if (mass / z >= (double)p || gap > 1e38)
-            break;
-        gap *= 2.0;
-    }
-    int32_t m = gather_sorted(logits, vocab, mx, gap, buf);
-    double cum = 0.0;
-    for (int32_t i = 0; i < m; i++) {
-        cum += exp((double)buf[i].v - mx) / z;
-        if (cum >= (double)p) {
-            mask_after(logits, vocab, buf[i]);
+    bucket_fill(logits, vocab, mx, bk, 0);
+    int32_t before = 0;
+    for (int b = 0; b < NB; b++) {
+        if (before + bk->count[b] >= k) {
+            bucket_sorted(logits, vocab, mx, b, buf);
+            mask_after(logits, vocab, buf[k - 1 - before]);
             return;
         }
+        before += bk->count[b];
     }
-    /* rounding left the sum short of p: keep what was gathered */
-    if (m > 0)
-        mask_after(logits, vocab, buf[m - 1]);
+    /* fewer than k finite tokens: all stay */
+}
+
+/* Keeps the smallest best-first set whose softmax mass reaches p. */
+static void mask_top_p(float *logits, int32_t vocab, float p, scored *buf,
+                       buckets *bk)
+{
+    float mx = max_finite(logits, vocab);
+    double z = bucket_fill(logits, vocab, mx, bk, 1);
+    double cum = 0.0, want = (double)p * z;
+    for (int b = 0; b < NB; b++) {
+        if (bk->count[b] == 0)
+            continue;
+        if (cum + bk->mass[b] < want && b < NB - 1) {
+            cum += bk->mass[b];
+            continue;
+        }
+        int32_t m = bucket_sorted(logits, vocab, mx, b, buf);
+        for (int32_t i = 0; i < m; i++) {
+            cum += exp((double)buf[i].v - mx);
+            if (cum >= want || i == m - 1) {
+                /* rounding may leave the last bucket short: keep it all */
+                mask_after(logits, vocab, buf[i]);
+                return;
+            }
+        }
+    }
 }
 
 /* Keeps tokens whose probability is at least min_p times the best one's. */
@@ -280,18 +304,21 @@ void loom_sample_apply_masks(const loom_sample_params *p, float *logits,
     }
     int need = (p->top_k > 0 && p->top_k < vocab) || p->top_p < 1.0f;
     scored *buf = NULL;
+    buckets *bk = NULL;
     if (need) {
         buf = (scored *)malloc(sizeof(scored) * (size_t)vocab);
-        if (!buf)
+        bk = (buckets *)malloc(sizeof *bk);
+        if (!buf || !bk)
             need = 0; /* out of memory: the filters are skipped */
     }
     if (need && p->top_k > 0 && p->top_k < vocab)
-        mask_top_k(logits, vocab, p->top_k, buf);
+        mask_top_k(logits, vocab, p->top_k, buf, bk);
     if (need && p->top_p < 1.0f)
-        mask_top_p(logits, vocab, p->top_p, buf);
+        mask_top_p(logits, vocab, p->top_p, buf, bk);
     if (p->min_p > 0.0f)
         mask_min_p(logits, vocab, p->min_p);
     free(buf);
+    free(bk);
 }
 
 /* ---------------------------------------------------------------- sampler */
@@ -313,8 +340,7 @@ loom_status loom_sampler_new(const loom_sample_params *params, int32_t vocab,
                              loom_err *err)
 {
     if (vocab <= 0)
-        return loom_err_set(err, LOOM_ERR_INVALID, "sampler: vocab %d",
-                            vocab);
+        return loom_err_set(err, LOOM_ERR_INVALID, "sampler: vocab %d", vocab);
     loom_status st = loom_sample_params_check(params, vocab, err);
     if (st)
         return st;
@@ -326,8 +352,14 @@ loom_status loom_sampler_new(const loom_sample_params *params, int32_t vocab,
     s->seed = params->has_seed ? params->seed : random_seed;
     s->p.seed = s->seed;
     s->p.has_seed = 1;
-    s->prompt_count = (int32_t *)calloc((size_t)vocab, sizeof(int32_t));
-    s->gen_count = (int32_t *)calloc((size_t)vocab, sizeof(int32_t));
+    /* the counts are only read by the penalties: none, no arrays */
+    int penal = params->repeat_penalty != 1.0f ||
+                params->presence_penalty != 0.0f ||
+                params->frequency_penalty != 0.0f;
+    if (penal) {
+        s->prompt_count = (int32_t *)calloc((size_t)vocab, sizeof(int32_t));
+        s->gen_count = (int32_t *)calloc((size_t)vocab, sizeof(int32_t));
+    }
     s->work = (float *)malloc(sizeof(float) * (size_t)vocab);
     if (params->n_bias > 0) {
         s->bias = (loom_logit_bias *)malloc(sizeof(loom_logit_bias) *
@@ -337,7 +369,7 @@ loom_status loom_sampler_new(const loom_sample_params *params, int32_t vocab,
                    sizeof(loom_logit_bias) * (size_t)params->n_bias);
     }
     s->p.bias = s->bias;
-    if (!s->prompt_count || !s->gen_count || !s->work ||
+    if ((penal && (!s->prompt_count || !s->gen_count)) || !s->work ||
         (params->n_bias > 0 && !s->bias)) {
         loom_sampler_free(s);
         return loom_err_set(err, LOOM_ERR_NOMEM,
@@ -359,16 +391,17 @@ void loom_sampler_free(loom_sampler *s)
     free(s);
 }
 
-uint64_t loom_sampler_seed(const loom_sampler *s) { return s->seed; }
+uint64_t loom_sampler_seed(const loom_sampler *s)
+{
+    return s->seed;
+}
 
 void loom_sampler_accept(loom_sampler *s, int32_t token, int generated)
 {
     if (token < 0 || token >= s->vocab)
         return;
-    int penal = s->p.repeat_penalty != 1.0f || s->p.presence_penalty != 0 ||
-                s->p.frequency_penalty != 0;
-    if (!penal)
-        return; /* the counts are only read by the penalties */
+    if (!s->gen_count)
+        return; /* no penalties: nothing to count */
     if (generated)
         s->gen_count[token]++;
     else
@@ -437,8 +470,8 @@ static void fill_logprobs(const loom_sampler *s, const float *logits,
     out->n_top = m;
 }
 
-void loom_sampler_sample(loom_sampler *s, const float *logits,
-                         int32_t position, loom_sample_result *out)
+void loom_sampler_sample(loom_sampler *s, const float *logits, int32_t position,
+                         loom_sample_result *out)
 {
     int32_t V = s->vocab;
     memcpy(s->work, logits, sizeof(float) * (size_t)V);

@@ -16,12 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <loom/chat_template.h>
 #include <loom/checkpoint.h>
 #include <loom/host.h>
 #include <loom/tokenizer.h>
 
-#define SRV_DEFAULT_BODY (8u << 20)
+#define SRV_DEFAULT_BODY  (8u << 20)
 #define SRV_DEFAULT_QUEUE 64
 /* How often a waiting handler looks whether its client is still there. */
 #define SRV_POLL_MS 50
@@ -68,8 +67,8 @@ struct srv_job {
     srv_request rq;
     char rid[48];
     int64_t created;
-    loom_socket fd;  /* the client's socket, for peer checks */
-    uint64_t t0;     /* request arrival (monotonic ns) */
+    loom_socket fd;   /* the client's socket, for peer checks */
+    uint64_t t0;      /* request arrival (monotonic ns) */
     double add_delay; /* arrival -> loom_lane_add, seconds */
 
     /* delivered */
@@ -104,9 +103,19 @@ typedef struct srv_conn {
     int status;
     char key[64];
     int has_key;
-    char error[256];
+    char error[512];
     srv_job *job;
 } srv_conn;
+
+/* strdup is POSIX, not C11. */
+static char *str_dup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
 
 /* ---------------------------------------------------------------- jobs */
 
@@ -192,9 +201,10 @@ static int job_event(void *user, const loom_lane_event *ev)
             srv_token_lp *t = &j->lp[j->n_lp++];
             t->token = ev->token;
             t->logprob = ev->logprob;
-            t->n_top = ev->n_top < 0                       ? 0
-                       : ev->n_top > LOOM_MAX_TOP_LOGPROBS ? LOOM_MAX_TOP_LOGPROBS
-                                                           : ev->n_top;
+            t->n_top = ev->n_top < 0 ? 0
+                       : ev->n_top > LOOM_MAX_TOP_LOGPROBS
+                           ? LOOM_MAX_TOP_LOGPROBS
+                           : ev->n_top;
             if (t->n_top)
                 memcpy(t->top, ev->top, (size_t)t->n_top * sizeof *t->top);
         }
@@ -212,13 +222,15 @@ static int job_event(void *user, const loom_lane_event *ev)
             snprintf(j->error, sizeof j->error, "%s", ev->error);
     }
     int cancel = j->cancel;
-    loom_cond_broadcast(j->cv);
-    loom_mutex_unlock(j->mu);
-    if (final) {
+    /* counted before anyone is woken, so a response never runs ahead of
+     * the metrics it implies */
+    if (final)
         srv_metrics_generation(j->srv->metrics, ev->n_prompt, ev->n_generated,
                                j->ttft);
+    loom_cond_broadcast(j->cv);
+    loom_mutex_unlock(j->mu);
+    if (final)
         job_unref(j); /* the lane's reference */
-    }
     return cancel;
 }
 
@@ -262,7 +274,7 @@ static enum MHD_Result reply(srv_conn *cn, int status, const char *type,
                              char *body /* malloc'd, taken */)
 {
     if (!body)
-        body = strdup("");
+        body = str_dup("");
     struct MHD_Response *r = MHD_create_response_from_buffer(
         strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!r) {
@@ -436,11 +448,11 @@ static enum MHD_Result handle_health(srv_conn *cn)
     int ready = is_ready(cn->srv, &stopping);
     if (stopping)
         return reply(cn, 503, "application/json",
-                     strdup("{\"status\":\"stopping\"}"));
+                     str_dup("{\"status\":\"stopping\"}"));
     if (!ready)
         return reply(cn, 503, "application/json",
-                     strdup("{\"status\":\"loading\"}"));
-    return reply(cn, 200, "application/json", strdup("{\"status\":\"ok\"}"));
+                     str_dup("{\"status\":\"loading\"}"));
+    return reply(cn, 200, "application/json", str_dup("{\"status\":\"ok\"}"));
 }
 
 static enum MHD_Result handle_metrics(srv_conn *cn)
@@ -528,13 +540,11 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
     j->n_prompt = n_ids;
     if (n_ids >= srv->ctx) {
         free(ids);
-        return fail(cn, 400, "invalid_request_error",
-                    "context_length_exceeded",
+        return fail(cn, 400, "invalid_request_error", "context_length_exceeded",
                     kind == SRV_CHAT ? "messages" : "prompt",
                     "the prompt is %d tokens; this server's context is %lld "
                     "tokens, so at most %lld fit with one to generate",
-                    (int)n_ids, (long long)srv->ctx,
-                    (long long)srv->ctx - 1);
+                    (int)n_ids, (long long)srv->ctx, (long long)srv->ctx - 1);
     }
 
     const union MHD_ConnectionInfo *ci =
@@ -567,8 +577,7 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
         job_unref(j); /* no lane reference after all */
         if (st == LOOM_ERR_FULL)
             return fail(cn, 429, "rate_limit_error", "queue_full", NULL,
-                        "too many requests waiting (%s); retry later",
-                        err.msg);
+                        "too many requests waiting (%s); retry later", err.msg);
         if (st == LOOM_ERR_STATE)
             return fail(cn, 503, "server_error", "shutting_down", NULL,
                         "the server is shutting down");
@@ -602,8 +611,8 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
      * looking now and then whether the client is still there */
     loom_mutex_lock(j->mu);
     while (!j->done) {
-        if (loom_cond_timedwait(j->cv, j->mu, SRV_POLL_MS) != 0 &&
-            !j->cancel && loom_socket_peer_gone(j->fd)) {
+        if (loom_cond_timedwait(j->cv, j->mu, SRV_POLL_MS) != 0 && !j->cancel &&
+            loom_socket_peer_gone(j->fd)) {
             loom_mutex_unlock(j->mu);
             job_cancel(j, 1);
             loom_mutex_lock(j->mu);
@@ -698,8 +707,7 @@ static enum MHD_Result dispatch(srv_conn *cn)
             return MHD_NO;
         }
         MHD_add_response_header(r, "Content-Type", "application/json");
-        MHD_add_response_header(r, "Allow",
-                                get ? "GET, HEAD" : route->method);
+        MHD_add_response_header(r, "Allow", get ? "GET, HEAD" : route->method);
         cn->status = 405;
         enum MHD_Result ok = MHD_queue_response(cn->c, 405, r);
         MHD_destroy_response(r);
@@ -737,13 +745,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         cn->t0 = loom_now_ns();
         cn->t_wall = loom_wall_time();
         snprintf(cn->method, sizeof cn->method, "%s", method);
-        cn->route = strdup(url ? url : "");
+        cn->route = str_dup(url ? url : "");
         *con_cls = cn;
         if (!cn->route)
             return MHD_NO;
         /* A declared length over the limit is refused before reading it. */
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                     "Content-Length");
+        const char *cl =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > srv->max_body) {
             cn->too_big = 1;
             return fail(cn, 413, "invalid_request_error", "body_too_large",
@@ -793,14 +801,16 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     e.duration_s = (double)(loom_now_ns() - cn->t0) / 1e9;
     e.ttft_s = -1;
     if (j) {
-        if (gone) {
-            loom_mutex_lock(j->mu);
-            int done = j->done;
-            loom_mutex_unlock(j->mu);
-            if (!done)
-                job_cancel(j, 1);
-        }
+        if (gone)
+            job_cancel(j, 1);
         loom_mutex_lock(j->mu);
+        /* a cancelled stream ends at the lane's next round: wait for it
+         * briefly so the log line says how it ended */
+        if (j->cancel) {
+            uint64_t end = loom_now_ns() + 2000000000ull;
+            while (!j->done && loom_now_ns() < end)
+                loom_cond_timedwait(j->cv, j->mu, SRV_POLL_MS);
+        }
         e.stream = j->rq.stream;
         e.prompt_tokens = j->n_prompt;
         e.completion_tokens = j->n_gen;
@@ -841,7 +851,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 static char *dup_or_null(const char *s)
 {
-    return s ? strdup(s) : NULL;
+    return s ? str_dup(s) : NULL;
 }
 
 loom_status loom_server_start(const loom_server_params *params,
@@ -852,7 +862,7 @@ loom_status loom_server_start(const loom_server_params *params,
         return loom_err_set(err, LOOM_ERR_NOMEM, "server: out of memory");
     srv->p = *params;
     srv->listen_sock = -1;
-    srv->host = strdup(params->host ? params->host : "127.0.0.1");
+    srv->host = str_dup(params->host ? params->host : "127.0.0.1");
     srv->key_file = dup_or_null(params->api_key_file);
     srv->log_path = dup_or_null(params->request_log);
     srv->model_name = dup_or_null(params->model_name);
@@ -882,25 +892,24 @@ loom_status loom_server_start(const loom_server_params *params,
         if (st != LOOM_OK)
             goto fail;
     }
-    st = loom_tcp_listen(srv->host, params->port, &srv->listen_sock,
-                         &srv->port, err);
+    st = loom_tcp_listen(srv->host, params->port, &srv->listen_sock, &srv->port,
+                         err);
     if (st != LOOM_OK)
         goto fail;
-    unsigned timeout = params->idle_timeout_s > 0
-                           ? (unsigned)params->idle_timeout_s
-                           : 60u;
+    unsigned timeout =
+        params->idle_timeout_s > 0 ? (unsigned)params->idle_timeout_s : 60u;
     srv->mhd = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
             MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
         0, NULL, NULL, on_request, srv, MHD_OPTION_LISTEN_SOCKET,
-        (MHD_socket)srv->listen_sock, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_END);
+        (MHD_socket)srv->listen_sock, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+        srv, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_EXTERNAL_LOGGER,
+        mhd_log, srv, MHD_OPTION_END);
     if (!srv->mhd) {
         st = loom_err_set(err, LOOM_ERR_IO,
-                          "could not start the HTTP server on %s:%d",
-                          srv->host, srv->port);
+                          "could not start the HTTP server on %s:%d", srv->host,
+                          srv->port);
         goto fail;
     }
     *out = srv;
@@ -949,13 +958,12 @@ loom_status loom_server_load(loom_server *srv, const loom_engine_params *ep,
     st = srv_chat_template_open(engine->ckpt, tok, &tpl, err);
     if (st != LOOM_OK)
         goto fail;
-    int64_t ctx = srv->p.max_context > 0 ? srv->p.max_context
-                                         : engine->info.max_context;
+    int64_t ctx =
+        srv->p.max_context > 0 ? srv->p.max_context : engine->info.max_context;
     if (engine->info.max_context > 0 && ctx > engine->info.max_context) {
         st = loom_err_set(err, LOOM_ERR_RANGE,
                           "--ctx %lld is over the model's context %lld",
-                          (long long)ctx,
-                          (long long)engine->info.max_context);
+                          (long long)ctx, (long long)engine->info.max_context);
         goto fail;
     }
     loom_lane_params lp;
@@ -963,8 +971,8 @@ loom_status loom_server_load(loom_server *srv, const loom_engine_params *ep,
     lp.engine = engine;
     lp.tokenizer = tok;
     lp.max_streams = srv->p.parallel;
-    lp.max_queued = srv->p.max_queued > 0 ? srv->p.max_queued
-                                          : SRV_DEFAULT_QUEUE;
+    lp.max_queued =
+        srv->p.max_queued > 0 ? srv->p.max_queued : SRV_DEFAULT_QUEUE;
     lp.max_context = ctx;
     st = loom_lane_new(&lp, &lane, err);
     if (st != LOOM_OK)

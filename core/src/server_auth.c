@@ -39,8 +39,7 @@ static void trim(const char **s, const char **e)
         (*e)--;
 }
 
-loom_status srv_keyring_load(const char *path, srv_keyring **out,
-                             loom_err *err)
+loom_status srv_keyring_load(const char *path, srv_keyring **out, loom_err *err)
 {
     if (!loom_file_exists(path))
         return loom_err_set(err, LOOM_ERR_NOT_FOUND,
@@ -137,8 +136,7 @@ int srv_keyring_count(const srv_keyring *k)
     return k ? k->n : 0;
 }
 
-const char *srv_keyring_check(const srv_keyring *k, const char *key,
-                              size_t len)
+const char *srv_keyring_check(const srv_keyring *k, const char *key, size_t len)
 {
     /* Hashing first makes every comparison the same length whatever was
      * presented; every digest is compared in full and the match is picked

@@ -54,18 +54,18 @@ const char *srv_bearer_token(const char *header, size_t *len);
 
 /* One request as the log records it. */
 typedef struct srv_log_entry {
-    double time;         /* wall clock at arrival, seconds since the epoch */
+    double time; /* wall clock at arrival, seconds since the epoch */
     const char *method;
-    const char *route;   /* the path as requested */
+    const char *route; /* the path as requested */
     int status;
-    const char *key;     /* the key's label, or NULL */
+    const char *key; /* the key's label, or NULL */
     int stream;
     int32_t prompt_tokens, completion_tokens;
-    const char *finish;  /* finish reason, or NULL */
-    double duration_s;   /* arrival -> response complete */
-    double ttft_s;       /* arrival -> first token; < 0 when none */
-    int client_gone;     /* the client left before the end */
-    const char *error;   /* the error message sent, or NULL */
+    const char *finish; /* finish reason, or NULL */
+    double duration_s;  /* arrival -> response complete */
+    double ttft_s;      /* arrival -> first token; < 0 when none */
+    int client_gone;    /* the client left before the end */
+    const char *error;  /* the error message sent, or NULL */
 } srv_log_entry;
 
 typedef struct srv_log srv_log;
@@ -100,9 +100,9 @@ typedef enum srv_kind { SRV_COMPLETION = 1, SRV_CHAT = 2 } srv_kind;
 /* An error as OpenAI shapes it, with the HTTP status it goes out with. */
 typedef struct srv_error {
     int status;
-    const char *type;  /* "invalid_request_error", "server_error", ... */
-    const char *code;  /* NULL or a short code */
-    char param[64];    /* the offending field, or "" */
+    const char *type; /* "invalid_request_error", "server_error", ... */
+    const char *code; /* NULL or a short code */
+    char param[64];   /* the offending field, or "" */
     char message[512];
 } srv_error;
 
@@ -162,7 +162,7 @@ typedef struct srv_token_lp {
 /* What a response is built from. */
 typedef struct srv_result {
     srv_kind kind;
-    const char *id;    /* "cmpl-..." / "chatcmpl-..." */
+    const char *id; /* "cmpl-..." / "chatcmpl-..." */
     const char *model;
     int64_t created;
     const char *text;
@@ -190,5 +190,21 @@ int srv_chunk_sse(srv_buf *out, const srv_result *r, int logprobs,
 const char *srv_finish_reason(loom_finish f);
 /* GET /v1/models body (malloc'd). */
 char *srv_models_json(const char *model, int64_t created);
+
+/* ---------------------------------------------------------------- prompts */
+
+typedef struct loom_chat_template loom_chat_template;
+
+/* The checkpoint's chat template (tokenizer_config.json). */
+loom_status srv_chat_template_open(const loom_checkpoint *ckpt,
+                                   const loom_tokenizer *tok,
+                                   loom_chat_template **out, loom_err *err);
+void srv_chat_template_free(loom_chat_template *tpl);
+/* The prompt ids of chat messages: the template rendered with a generation
+ * prompt, where only what the template itself writes may become special
+ * tokens; message content is always encoded as plain text. Returns 0, or -1
+ * with e filled. */
+int srv_chat_prompt(const loom_tokenizer *tok, const loom_chat_template *tpl,
+                    json_t *messages, int32_t **ids, int32_t *n, srv_error *e);
 
 #endif

@@ -36,7 +36,7 @@ void srv_log_close(srv_log *log)
 /* Seconds since the epoch as "YYYY-MM-DDTHH:MM:SS.mmmZ" (proleptic
  * Gregorian, UTC), computed here so the log needs no OS time zone call.
  * Days -> civil date after H. Hinnant's "days_from_civil" inverse. */
-static void iso8601(double t, char out[32])
+static void iso8601(double t, char out[64])
 {
     if (!(t >= 0))
         t = 0;
@@ -55,7 +55,7 @@ static void iso8601(double t, char out[32])
     int64_t m = mp < 10 ? mp + 3 : mp - 9;
     if (m <= 2)
         y++;
-    snprintf(out, 32, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", (int)y, (int)m,
+    snprintf(out, 64, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", (int)y, (int)m,
              (int)d, (int)(rem / 3600), (int)(rem / 60 % 60), (int)(rem % 60),
              (int)(ms % 1000));
 }
@@ -68,7 +68,7 @@ static double ms_of(double s)
 
 char *srv_log_format(const srv_log_entry *e)
 {
-    char when[32];
+    char when[64];
     iso8601(e->time, when);
     json_t *o = json_object();
     if (!o)
@@ -93,8 +93,10 @@ char *srv_log_format(const srv_log_entry *e)
     if (e->client_gone)
         json_object_set_new(o, "client_gone", json_true());
     if (e->error)
-        json_object_set_new(o, "error", srv_json_text(e->error, strlen(e->error)));
-    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_object_set_new(o, "error",
+                            srv_json_text(e->error, strlen(e->error)));
+    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER |
+                                JSON_REAL_PRECISION(10));
     json_decref(o);
     if (!s)
         return NULL;

@@ -12,8 +12,7 @@ static const char *const ROUTES[] = {"/v1/completions", "/v1/chat/completions",
                                      "/metrics",        "other"};
 #define N_ROUTES (int)(sizeof ROUTES / sizeof ROUTES[0])
 /* Statuses the server sends; anything else lands in the last slot. */
-static const int STATUSES[] = {200, 400, 401, 404, 405, 413,
-                               429, 500, 503, 0};
+static const int STATUSES[] = {200, 400, 401, 404, 405, 413, 429, 500, 503, 0};
 #define N_STATUSES (int)(sizeof STATUSES / sizeof STATUSES[0])
 
 /* Upper bounds (seconds) of the time-to-first-token buckets. */

@@ -119,10 +119,10 @@ char *srv_error_json(const srv_error *e)
 /* ---------------------------------------------------------------- parsing */
 
 #define BAD(param, ...)                                                        \
-    srv_error_set(e, 400, "invalid_request_error", "invalid_type", param,     \
+    srv_error_set(e, 400, "invalid_request_error", "invalid_type", param,      \
                   __VA_ARGS__)
 #define BADVAL(param, ...)                                                     \
-    srv_error_set(e, 400, "invalid_request_error", "invalid_value", param,    \
+    srv_error_set(e, 400, "invalid_request_error", "invalid_value", param,     \
                   __VA_ARGS__)
 
 static const char *type_name(const json_t *v)
@@ -227,8 +227,8 @@ static int parse_ids(json_t *arr, const char *param, srv_request *rq,
                        type_name(t));
         json_int_t id = json_integer_value(t);
         if (id < 0 || id > INT32_MAX)
-            return BADVAL(param, "'%s'[%zu] = %lld is not a token id", param,
-                          i, (long long)id);
+            return BADVAL(param, "'%s'[%zu] = %lld is not a token id", param, i,
+                          (long long)id);
         rq->prompt_ids[i] = (int32_t)id;
     }
     rq->n_prompt_ids = (int32_t)n;
@@ -301,8 +301,9 @@ static int parse_messages(json_t *root, srv_request *rq, srv_error *e)
         if (!content || json_is_null(content) || json_is_string(content))
             continue;
         if (!json_is_array(content))
-            return BAD(param, "'%s' must be a string or an array of parts, "
-                              "not %s",
+            return BAD(param,
+                       "'%s' must be a string or an array of parts, "
+                       "not %s",
                        param, type_name(content));
         size_t j;
         json_t *part;
@@ -337,8 +338,9 @@ static int parse_stop(json_t *root, srv_request *rq, srv_error *e)
         return 0;
     }
     if (!json_is_array(s))
-        return BAD("stop", "'stop' must be a string or an array of strings, "
-                           "not %s",
+        return BAD("stop",
+                   "'stop' must be a string or an array of strings, "
+                   "not %s",
                    type_name(s));
     if (json_array_size(s) > SRV_MAX_STOP)
         return BADVAL("stop", "'stop' has %zu strings; at most %d",
@@ -379,8 +381,9 @@ static int parse_bias(json_t *root, srv_request *rq, srv_error *e)
         char *end = NULL;
         long id = strtol(key, &end, 10);
         if (!*key || *end || id < 0 || id > INT32_MAX)
-            return BADVAL("logit_bias", "'logit_bias' key '%s' is not a "
-                                        "token id",
+            return BADVAL("logit_bias",
+                          "'logit_bias' key '%s' is not a "
+                          "token id",
                           key);
         if (!json_is_number(v))
             return BAD("logit_bias", "'logit_bias'[\"%s\"] must be a number",
@@ -442,8 +445,7 @@ int srv_request_parse(srv_kind kind, const char *body, size_t len,
     if (get_int(root, "n", 1, INT32_MAX, &i64, e))
         return -1;
     if (i64 != 1)
-        return BADVAL("n", "'n' is %lld; loom answers n = 1",
-                      (long long)i64);
+        return BADVAL("n", "'n' is %lld; loom answers n = 1", (long long)i64);
     i64 = 1;
     if (get_int(root, "best_of", 1, INT32_MAX, &i64, e))
         return -1;
@@ -460,8 +462,7 @@ int srv_request_parse(srv_kind kind, const char *body, size_t len,
     if (get_number(root, "temperature", 0, 2, &sp->temperature, e) ||
         get_number(root, "top_p", 0, 1, &sp->top_p, e) ||
         get_number(root, "min_p", 0, 1, &sp->min_p, e) ||
-        get_number(root, "presence_penalty", -2, 2, &sp->presence_penalty,
-                   e) ||
+        get_number(root, "presence_penalty", -2, 2, &sp->presence_penalty, e) ||
         get_number(root, "frequency_penalty", -2, 2, &sp->frequency_penalty,
                    e) ||
         get_number(root, "repetition_penalty", 0.01, 100, &sp->repeat_penalty,
@@ -574,8 +575,7 @@ static json_t *piece_json(srv_piece_fn piece, void *ctx, int32_t token,
 }
 
 /* Chat: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}. */
-static json_t *chat_logprobs(const srv_result *r, srv_piece_fn piece,
-                             void *ctx)
+static json_t *chat_logprobs(const srv_result *r, srv_piece_fn piece, void *ctx)
 {
     json_t *content = json_array();
     for (int32_t i = 0; i < r->n_lp; i++) {
@@ -583,16 +583,15 @@ static json_t *chat_logprobs(const srv_result *r, srv_piece_fn piece,
         const char *s;
         size_t n;
         json_t *o = json_object();
-        json_object_set_new(o, "token", piece_json(piece, ctx, t->token, &s,
-                                                   &n));
+        json_object_set_new(o, "token",
+                            piece_json(piece, ctx, t->token, &s, &n));
         json_object_set_new(o, "logprob", json_real(t->logprob));
         json_object_set_new(o, "bytes", bytes_array(s, n));
         json_t *top = json_array();
         for (int32_t k = 0; k < t->n_top; k++) {
             json_t *x = json_object();
-            json_object_set_new(x, "token", piece_json(piece, ctx,
-                                                       t->top[k].token, &s,
-                                                       &n));
+            json_object_set_new(
+                x, "token", piece_json(piece, ctx, t->top[k].token, &s, &n));
             json_object_set_new(x, "logprob", json_real(t->top[k].logprob));
             json_object_set_new(x, "bytes", bytes_array(s, n));
             json_array_append_new(top, x);
@@ -616,8 +615,7 @@ static json_t *completion_logprobs(const srv_result *r, srv_piece_fn piece,
         const srv_token_lp *t = &r->lp[i];
         const char *s;
         size_t n;
-        json_array_append_new(tokens, piece_json(piece, ctx, t->token, &s,
-                                                 &n));
+        json_array_append_new(tokens, piece_json(piece, ctx, t->token, &s, &n));
         json_array_append_new(offs, json_integer((json_int_t)off));
         off += n;
         json_array_append_new(lps, json_real(t->logprob));
@@ -644,9 +642,9 @@ static json_t *usage_json(const srv_result *r)
     json_object_set_new(u, "prompt_tokens", json_integer(r->prompt_tokens));
     json_object_set_new(u, "completion_tokens",
                         json_integer(r->completion_tokens));
-    json_object_set_new(u, "total_tokens",
-                        json_integer((json_int_t)r->prompt_tokens +
-                                     r->completion_tokens));
+    json_object_set_new(
+        u, "total_tokens",
+        json_integer((json_int_t)r->prompt_tokens + r->completion_tokens));
     return u;
 }
 
@@ -680,14 +678,15 @@ char *srv_response_json(const srv_result *r, int logprobs, srv_piece_fn piece,
     json_object_set_new(choice, "logprobs",
                         !logprobs ? json_null()
                         : chat    ? chat_logprobs(r, piece, piece_ctx)
-                                  : completion_logprobs(r, piece, piece_ctx, 0));
+                               : completion_logprobs(r, piece, piece_ctx, 0));
     json_object_set_new(choice, "finish_reason",
                         r->finish ? json_string(r->finish) : json_null());
     json_t *choices = json_array();
     json_array_append_new(choices, choice);
     json_object_set_new(o, "choices", choices);
     json_object_set_new(o, "usage", usage_json(r));
-    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER |
+                                JSON_REAL_PRECISION(9));
     json_decref(o);
     return s;
 }
@@ -707,20 +706,20 @@ int srv_chunk_sse(srv_buf *out, const srv_result *r, int logprobs,
             if (role_chunk)
                 json_object_set_new(delta, "role", json_string("assistant"));
             if (role_chunk || r->text_len > 0 || !r->finish)
-                json_object_set_new(delta, "content",
-                                    srv_json_text(r->text ? r->text : "",
-                                              r->text_len));
+                json_object_set_new(
+                    delta, "content",
+                    srv_json_text(r->text ? r->text : "", r->text_len));
             json_object_set_new(choice, "delta", delta);
         } else {
-            json_object_set_new(choice, "text",
-                                srv_json_text(r->text ? r->text : "",
-                                          r->text_len));
+            json_object_set_new(
+                choice, "text",
+                srv_json_text(r->text ? r->text : "", r->text_len));
         }
-        json_object_set_new(
-            choice, "logprobs",
-            !logprobs || r->n_lp == 0 ? json_null()
-            : chat ? chat_logprobs(r, piece, piece_ctx)
-                   : completion_logprobs(r, piece, piece_ctx, 0));
+        json_object_set_new(choice, "logprobs",
+                            !logprobs || r->n_lp == 0 ? json_null()
+                            : chat
+                                ? chat_logprobs(r, piece, piece_ctx)
+                                : completion_logprobs(r, piece, piece_ctx, 0));
         json_object_set_new(choice, "finish_reason",
                             r->finish ? json_string(r->finish) : json_null());
         json_array_append_new(choices, choice);
@@ -728,7 +727,8 @@ int srv_chunk_sse(srv_buf *out, const srv_result *r, int logprobs,
     json_object_set_new(o, "choices", choices);
     if (usage_chunk)
         json_object_set_new(o, "usage", usage_json(r));
-    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER |
+                                JSON_REAL_PRECISION(9));
     json_decref(o);
     if (!s)
         return -1;
@@ -752,7 +752,8 @@ char *srv_models_json(const char *model, int64_t created)
     json_t *o = json_object();
     json_object_set_new(o, "object", json_string("list"));
     json_object_set_new(o, "data", data);
-    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER |
+                                JSON_REAL_PRECISION(9));
     json_decref(o);
     return s;
 }

@@ -31,8 +31,10 @@ static void compress(uint32_t h[8], const uint8_t *p)
         w[t] = (uint32_t)p[4 * t] << 24 | (uint32_t)p[4 * t + 1] << 16 |
                (uint32_t)p[4 * t + 2] << 8 | (uint32_t)p[4 * t + 3];
     for (int t = 16; t < 64; t++) {
-        uint32_t s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
-        uint32_t s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
+        uint32_t s0 =
+            rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
+        uint32_t s1 =
+            rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
         w[t] = w[t - 16] + s0 + w[t - 7] + s1;
     }
     uint32_t a = h[0], b = h[1], c = h[2], d = h[3];

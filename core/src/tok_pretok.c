@@ -127,6 +127,64 @@ static loom_status unicode_form(const char *s, size_t len, tok_norm_kind kind,
     return LOOM_OK;
 }
 
+/* Applies a Unicode normal form only where the text is not ASCII. An ASCII
+ * character is its own normal form and never the second half of a
+ * composition, so each run of non-ASCII characters can be normalized alone,
+ * together with the one ASCII character before it (which a combining mark
+ * in the run may compose with). */
+static loom_status unicode_form_spans(const char *s, size_t len,
+                                      tok_norm_kind kind, char **out,
+                                      size_t *out_len, loom_err *err)
+{
+    size_t cap = len + len / 2 + 16, n = 0;
+    char *o = malloc(cap);
+    if (!o)
+        return loom_err_set(err, LOOM_ERR_NOMEM, "tokenizer: out of memory");
+    size_t i = 0;
+    while (i < len) {
+        size_t a = i;
+        while (i < len && (uint8_t)s[i] < 0x80)
+            i++;
+        size_t span = i; /* first non-ASCII byte, or len */
+        if (span > a && span < len)
+            span--; /* the ASCII character before the run joins it */
+        while (i < len && (uint8_t)s[i] >= 0x80)
+            i++;
+        /* ASCII part [a, span) as it is, then [span, i) normalized. */
+        char *norm = NULL;
+        size_t nlen = 0;
+        if (i > span) {
+            loom_status st =
+                unicode_form(s + span, i - span, kind, &norm, &nlen, err);
+            if (st != LOOM_OK) {
+                free(o);
+                return st;
+            }
+        }
+        if (n + (span - a) + nlen + 1 > cap) {
+            cap = (n + (span - a) + nlen + 1) * 2;
+            char *g = realloc(o, cap);
+            if (!g) {
+                free(norm);
+                free(o);
+                return loom_err_set(err, LOOM_ERR_NOMEM,
+                                    "tokenizer: out of memory");
+            }
+            o = g;
+        }
+        memcpy(o + n, s + a, span - a);
+        n += span - a;
+        if (nlen)
+            memcpy(o + n, norm, nlen);
+        n += nlen;
+        free(norm);
+    }
+    o[n] = '\0';
+    *out = o;
+    *out_len = n;
+    return LOOM_OK;
+}
+
 loom_status loom__tok_normalize(const loom_tokenizer *tok, const char *s,
                                 size_t len, char **out, size_t *out_len,
                                 loom_err *err)
@@ -151,8 +209,8 @@ loom_status loom__tok_normalize(const loom_tokenizer *tok, const char *s,
             /* Every Unicode normal form of ASCII text is itself. */
             if (ascii)
                 continue;
-            st = unicode_form(cur, cur_len, tok->norm[k], &next, &next_len,
-                              err);
+            st = unicode_form_spans(cur, cur_len, tok->norm[k], &next,
+                                    &next_len, err);
         }
         free(owned);
         if (st != LOOM_OK)
@@ -241,7 +299,7 @@ static loom_status load_split(loom_tokenizer *tok, json_t *node, loom_err *err)
                             "tokenizer.json: pre_tokenizer Split behavior "
                             "\"%s\" is not supported",
                             beh ? beh : "(missing)");
-    tok_pre *p;
+    tok_pre *p = NULL;
     loom_status st = add_step(tok, &p, err);
     if (st != LOOM_OK)
         return st;
@@ -278,7 +336,7 @@ static loom_status load_pre_one(loom_tokenizer *tok, json_t *node,
     if (strcmp(type, "Split") == 0)
         return load_split(tok, node, err);
     if (strcmp(type, "ByteLevel") == 0) {
-        tok_pre *p;
+        tok_pre *p = NULL;
         loom_status st = add_step(tok, &p, err);
         if (st != LOOM_OK)
             return st;
@@ -295,7 +353,7 @@ static loom_status load_pre_one(loom_tokenizer *tok, json_t *node,
         return LOOM_OK;
     }
     if (strcmp(type, "Digits") == 0) {
-        tok_pre *p;
+        tok_pre *p = NULL;
         loom_status st = add_step(tok, &p, err);
         if (st != LOOM_OK)
             return st;

@@ -147,6 +147,7 @@ typedef struct tok_enc {
     tok_cache *cache;
     pcre2_match_data *md;
     loom_err *err;
+    int parse_special; /* recognize special added tokens in the text */
     /* Buffers made during the call (normalized text, prefixed pieces): the
      * cache's keys point into them, so they live until the call ends. */
     char **bufs;

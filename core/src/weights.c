@@ -105,8 +105,8 @@ static loom_status wq_read_params(json_t *obj, wq_params *p, const char *what,
                                 where, what);
         p->group_size = (int)json_integer_value(g);
     }
-    if (m && (!json_is_string(m) ||
-              strcmp(json_string_value(m), "affine") != 0))
+    if (m &&
+        (!json_is_string(m) || strcmp(json_string_value(m), "affine") != 0))
         return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
                             "%s/config.json: %s: quantization mode '%s' is "
                             "not supported (only \"affine\")",
@@ -153,8 +153,8 @@ static int wq_float_dtype(loom_dtype t)
 }
 
 static loom_status wq_check_shape(const char *name, int64_t r, int64_t c,
-                                  int64_t rows, int64_t cols,
-                                  const char *where, loom_err *err)
+                                  int64_t rows, int64_t cols, const char *where,
+                                  loom_err *err)
 {
     if ((rows > 0 && r != rows) || (cols > 0 && c != cols))
         return loom_err_set(err, LOOM_ERR_FORMAT,
@@ -199,16 +199,15 @@ static loom_status wq_quantized(const loom_tensor *w, const loom_tensor *sc,
     for (int i = 0; i < 2; i++) {
         if (sb[i]->ndim != 2 || sb[i]->shape[0] != r ||
             sb[i]->shape[1] != groups)
-            return loom_err_set(err, LOOM_ERR_FORMAT,
-                                "%s: tensor '%s' has %d dimensions [%lld, "
-                                "%lld], expected [%lld, %lld] for %d-bit "
-                                "groups of %d",
-                                where, sb[i]->name, (int)sb[i]->ndim,
-                                (long long)sb[i]->shape[0],
-                                (long long)(sb[i]->ndim > 1 ? sb[i]->shape[1]
-                                                            : 0),
-                                (long long)r, (long long)groups, p->bits,
-                                p->group_size);
+            return loom_err_set(
+                err, LOOM_ERR_FORMAT,
+                "%s: tensor '%s' has %d dimensions [%lld, "
+                "%lld], expected [%lld, %lld] for %d-bit "
+                "groups of %d",
+                where, sb[i]->name, (int)sb[i]->ndim,
+                (long long)sb[i]->shape[0],
+                (long long)(sb[i]->ndim > 1 ? sb[i]->shape[1] : 0),
+                (long long)r, (long long)groups, p->bits, p->group_size);
     }
     loom_status s = wq_check_shape(w->name, r, c, rows, cols, where, err);
     if (s != LOOM_OK)
@@ -243,8 +242,7 @@ loom_status loom_weight_find(const loom_checkpoint *ckpt, const char *base,
     if (n1 < 0 || n2 < 0 || n3 < 0 || (size_t)n3 >= sizeof bn ||
         (size_t)n2 >= sizeof sn || (size_t)n1 >= sizeof wn)
         return loom_err_set(err, LOOM_ERR_INVALID,
-                            "%s: module path too long: %.200s...", where,
-                            base);
+                            "%s: module path too long: %.200s...", where, base);
     const loom_tensor *w = loom_st_find(st, wn);
     if (!w)
         return loom_err_set(err, LOOM_ERR_NOT_FOUND,

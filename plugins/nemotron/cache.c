@@ -68,7 +68,8 @@ loom_status nem_cache_new(loom_model *m, loom_cache **out, loom_err *err)
     }
     for (int i = 0; i < g->n_attn; i++)
         loom_cpu_kv_init(&c->kv[i], (int64_t)g->n_kv_heads * g->head_dim);
-    m->host->account(m->host, "nemotron cache", (int64_t)nem_cache_bytes_fixed(g));
+    m->host->account(m->host, "nemotron cache",
+                     (int64_t)nem_cache_bytes_fixed(g));
     *out = c;
     return LOOM_OK;
 nomem:
@@ -145,9 +146,8 @@ loom_status nem_cache_reserve(loom_model *m, loom_cache *c, int64_t n_new,
         return LOOM_OK;
     for (int i = 0; i < g->n_mamba; i++) {
         nem_mamba_state *s = &c->mamba[i];
-        if (!c->has_snapshot &&
-            (!grow(&s->snap_tail, tail_floats(g) + 1) ||
-             !grow(&s->snap_ssm, ssm_floats(g))))
+        if (!c->has_snapshot && (!grow(&s->snap_tail, tail_floats(g) + 1) ||
+                                 !grow(&s->snap_ssm, ssm_floats(g))))
             goto nomem;
         if (n_spec > c->spec_cap &&
             (!grow(&s->log_in, (size_t)n_spec * g->conv_dim) ||
@@ -163,8 +163,7 @@ nomem:
     /* what did grow stays allocated (and is freed with the cache); the
      * flags only claim room every layer has */
     return loom_err_set(err, LOOM_ERR_NOMEM,
-                        "cache: out of memory for a window of %d rows",
-                        n_spec);
+                        "cache: out of memory for a window of %d rows", n_spec);
 }
 
 struct replay {
@@ -190,8 +189,7 @@ static void LOOM_ABI replay_heads(void *ctx, int64_t begin, int64_t end)
         memcpy(state, s->snap_ssm + h * hs, hs * sizeof(float));
         for (int32_t j = 0; j < r->kept; j++) {
             const float *xbc = s->log_xbc + (size_t)j * g->conv_dim;
-            loom_cpu_ssm_step(state, xbc + h * P,
-                              xbc + g->d_inner + grp * N,
+            loom_cpu_ssm_step(state, xbc + h * P, xbc + g->d_inner + grp * N,
                               xbc + g->d_inner + (g->n_groups + grp) * N,
                               s->log_dt[(size_t)j * nh + h], L->A[h], L->D[h],
                               NULL, P, N);

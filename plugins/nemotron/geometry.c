@@ -42,8 +42,8 @@ static const char *type_name(loom_json_type t)
 }
 
 /* An integer field: present (else the default when not required). */
-static loom_status get_int(pctx *p, const char *key, int required,
-                           int64_t def, int64_t *out)
+static loom_status get_int(pctx *p, const char *key, int required, int64_t def,
+                           int64_t *out)
 {
     const loom_json *v = p->h->json_get(p->cfg, key);
     loom_json_type t = p->h->json_type(v);
@@ -70,8 +70,8 @@ static loom_status get_int(pctx *p, const char *key, int required,
     return LOOM_OK;
 }
 
-static loom_status get_pos(pctx *p, const char *key, int required,
-                           int64_t def, int32_t *out)
+static loom_status get_pos(pctx *p, const char *key, int required, int64_t def,
+                           int32_t *out)
 {
     int64_t v;
     loom_status rc = get_int(p, key, required, def, &v);
@@ -87,9 +87,8 @@ static loom_status get_pos(pctx *p, const char *key, int required,
 
 /* A positive integer under `key` or its legacy name; both present must
  * agree. */
-static loom_status get_pos_legacy(pctx *p, const char *key,
-                                  const char *legacy, int required,
-                                  int32_t *out)
+static loom_status get_pos_legacy(pctx *p, const char *key, const char *legacy,
+                                  int required, int32_t *out)
 {
     int has_new = p->h->json_type(p->h->json_get(p->cfg, key)) > LOOM_JSON_NULL;
     int has_old =
@@ -99,7 +98,7 @@ static loom_status get_pos_legacy(pctx *p, const char *key,
     loom_status rc = get_pos(p, key, required, 0, out);
     if (rc != LOOM_OK || !has_old)
         return rc;
-    int32_t old;
+    int32_t old = 0;
     rc = get_pos(p, legacy, 1, 0, &old);
     if (rc != LOOM_OK)
         return rc;
@@ -127,8 +126,7 @@ static loom_status get_bool(pctx *p, const char *key, int def, int *out)
     return LOOM_OK;
 }
 
-static loom_status get_real(pctx *p, const char *key, double def,
-                            double *out)
+static loom_status get_real(pctx *p, const char *key, double def, double *out)
 {
     const loom_json *v = p->h->json_get(p->cfg, key);
     loom_json_type t = p->h->json_type(v);
@@ -388,8 +386,7 @@ static loom_status parse_ffn(pctx *p, nem_geometry *g)
     if (g->n_mlp || g->n_moe)
         if ((rc = want_str(p, "mlp_hidden_act", "relu2")) != LOOM_OK)
             return rc;
-    if ((rc = get_pos(p, "intermediate_size", g->n_mlp > 0, 1,
-                      &g->mlp_inter)))
+    if ((rc = get_pos(p, "intermediate_size", g->n_mlp > 0, 1, &g->mlp_inter)))
         return rc;
     if (!g->n_mlp)
         g->mlp_inter = 0;
@@ -409,6 +406,7 @@ static loom_status parse_ffn(pctx *p, nem_geometry *g)
     if ((rc = get_real(p, "routed_scaling_factor", 1.0, &scale)) != LOOM_OK)
         return rc;
     g->routed_scale = (float)scale;
+    g->routed_scale_config = scale;
     const loom_json *lat = p->h->json_get(p->cfg, "moe_latent_size");
     if (p->h->json_type(lat) > LOOM_JSON_NULL)
         return loom_err_set(p->err, LOOM_ERR_UNSUPPORTED,
@@ -435,8 +433,7 @@ static loom_status parse_ffn(pctx *p, nem_geometry *g)
         return loom_err_set(p->err, LOOM_ERR_FORMAT,
                             "config.json: field num_experts_per_tok = %d "
                             "exceeds the %d experts of topk_group = %d groups",
-                            g->top_k, g->topk_group * per_group,
-                            g->topk_group);
+                            g->top_k, g->topk_group * per_group, g->topk_group);
     return LOOM_OK;
 }
 
@@ -458,8 +455,7 @@ loom_status nem_geometry_parse(const loom_host *host,
 
     /* the norm epsilon: current name, then the aliases some configs carry */
     double eps = 1e-5;
-    const char *eps_keys[] = {"norm_eps", "rms_norm_eps",
-                              "layer_norm_epsilon"};
+    const char *eps_keys[] = {"norm_eps", "rms_norm_eps", "layer_norm_epsilon"};
     for (int i = 0; i < 3; i++)
         if ((rc = get_real(&p, eps_keys[i], eps, &eps)) != LOOM_OK)
             return rc;
@@ -469,6 +465,7 @@ loom_status nem_geometry_parse(const loom_host *host,
                             "be in (0, 1]",
                             eps);
     g->eps = (float)eps;
+    g->eps_config = eps;
 
     int conv_bias_legacy;
     if ((rc = get_bool(&p, "mamba_conv_bias", 1, &conv_bias_legacy)) ||
@@ -477,7 +474,7 @@ loom_status nem_geometry_parse(const loom_host *host,
         (rc = get_bool(&p, "use_bias", 0, &g->use_bias)) ||
         (rc = get_bool(&p, "tie_word_embeddings", 0, &g->tie_embeddings)))
         return rc;
-    int32_t maxpos;
+    int32_t maxpos = 0;
     if ((rc = get_pos(&p, "max_position_embeddings", 0, 4096, &maxpos)))
         return rc;
     g->max_context = maxpos;
@@ -506,7 +503,7 @@ void nem_geometry_report(const nem_geometry *g, const loom_fields *out)
     out->i64(c, "moe_layers", g->n_moe);
     out->i64(c, "vocab_size", g->vocab);
     out->i64(c, "hidden_size", g->hidden);
-    out->f64(c, "layer_norm_epsilon", g->eps);
+    out->f64(c, "layer_norm_epsilon", g->eps_config);
     out->i64(c, "tie_word_embeddings", g->tie_embeddings);
     out->i64(c, "max_position_embeddings", g->max_context);
     if (g->n_mamba) {
@@ -536,7 +533,7 @@ void nem_geometry_report(const nem_geometry *g, const loom_fields *out)
         out->i64(c, "n_group", g->n_group);
         out->i64(c, "topk_group", g->topk_group);
         out->i64(c, "norm_topk_prob", g->norm_topk);
-        out->f64(c, "routed_scaling_factor", g->routed_scale);
+        out->f64(c, "routed_scaling_factor", g->routed_scale_config);
     }
     char eos[LOOM_MAX_EOS * 12 + 1] = "";
     size_t len = 0;

@@ -8,12 +8,7 @@
 #include <loom/plugin.h>
 
 /* Block kinds, one character per layer as in hybrid_override_pattern. */
-enum {
-    NEM_MAMBA = 'M',
-    NEM_ATTN = '*',
-    NEM_MLP = '-',
-    NEM_MOE = 'E'
-};
+enum { NEM_MAMBA = 'M', NEM_ATTN = '*', NEM_MLP = '-', NEM_MOE = 'E' };
 
 /* Longest pattern accepted; real models have at most ~120 layers. */
 #define NEM_MAX_LAYERS 1024
@@ -23,6 +18,7 @@ typedef struct nem_geometry {
     char kinds[NEM_MAX_LAYERS + 1]; /* pattern, NUL-terminated */
     int32_t n_mamba, n_attn, n_mlp, n_moe;
     float eps;
+    double eps_config; /* as written, for reports */
     int tie_embeddings;
     int64_t max_context; /* max_position_embeddings */
     int32_t bos;
@@ -50,6 +46,7 @@ typedef struct nem_geometry {
     int32_t n_group, topk_group;
     int norm_topk;
     float routed_scale;
+    double routed_scale_config;
 } nem_geometry;
 
 /* Parses config.json (text part) into g; refuses by field name and value. */
@@ -61,7 +58,7 @@ void nem_geometry_report(const nem_geometry *g, const loom_fields *out);
 
 typedef struct nem_layer {
     char kind;
-    float *norm; /* [hidden] */
+    float *norm;  /* [hidden] */
     int32_t slot; /* index among the cache's layers of this kind */
 
     /* Mamba-2 */
@@ -120,12 +117,12 @@ typedef struct nem_mamba_state {
 } nem_mamba_state;
 
 struct loom_cache {
-    int64_t len;           /* positions fed (and kept) so far */
+    int64_t len;            /* positions fed (and kept) so far */
     nem_mamba_state *mamba; /* [n_mamba] */
     loom_cpu_kv *kv;        /* [n_attn] */
-    int32_t n_spec;        /* speculative rows of the last forward, 0: none */
-    int32_t spec_cap;      /* rows the window log can hold */
-    int has_snapshot;      /* snap_* buffers allocated */
+    int32_t n_spec;         /* speculative rows of the last forward, 0: none */
+    int32_t spec_cap;       /* rows the window log can hold */
+    int has_snapshot;       /* snap_* buffers allocated */
 };
 
 loom_status nem_cache_new(loom_model *m, loom_cache **out, loom_err *err);

@@ -35,8 +35,8 @@ static loom_status vec(bind_ctx *b, const char *name, int64_t n, int64_t lead,
                             (long long)lead);
     float *v = malloc((size_t)n * sizeof *v);
     if (!v)
-        return loom_err_set(b->err, LOOM_ERR_NOMEM,
-                            "tensor %s: out of memory", name);
+        return loom_err_set(b->err, LOOM_ERR_NOMEM, "tensor %s: out of memory",
+                            name);
     rc = loom_cpu_tensor_f32(&t, v, n, b->err);
     if (rc != LOOM_OK) {
         free(v);
@@ -58,9 +58,10 @@ static loom_status bind_mamba(bind_ctx *b, int i, nem_layer *L)
     const nem_geometry *g = &b->m->g;
     char n[256];
     loom_status rc;
-#define P(suffix) (snprintf(n, sizeof n, "backbone.layers.%d.mixer." suffix, i), n)
-    if ((rc = weight(b, P("in_proj"), g->in_proj_dim, g->hidden,
-                     &L->in_proj)) ||
+#define P(suffix)                                                              \
+    (snprintf(n, sizeof n, "backbone.layers.%d.mixer." suffix, i), n)
+    if ((rc =
+             weight(b, P("in_proj"), g->in_proj_dim, g->hidden, &L->in_proj)) ||
         (rc = weight(b, P("out_proj"), g->hidden, g->d_inner, &L->out_proj)) ||
         (rc = vec(b, P("conv1d.weight"), (int64_t)g->conv_dim * g->conv_kernel,
                   g->conv_dim, &L->conv_w)) ||
@@ -75,8 +76,7 @@ static loom_status bind_mamba(bind_ctx *b, int i, nem_layer *L)
     if (g->use_bias &&
         ((rc = vec(b, P("in_proj.bias"), g->in_proj_dim, g->in_proj_dim,
                    &L->in_bias)) ||
-         (rc = vec(b, P("out_proj.bias"), g->hidden, g->hidden,
-                   &L->out_bias))))
+         (rc = vec(b, P("out_proj.bias"), g->hidden, g->hidden, &L->out_bias))))
         return rc;
 #undef P
     /* A = -exp(A_log), once, in float32 as the kernels do */
@@ -92,7 +92,8 @@ static loom_status bind_attention(bind_ctx *b, int i, nem_layer *L)
     int64_t q = (int64_t)g->n_q_heads * g->head_dim;
     int64_t kv = (int64_t)g->n_kv_heads * g->head_dim;
     loom_status rc;
-#define P(suffix) (snprintf(n, sizeof n, "backbone.layers.%d.mixer." suffix, i), n)
+#define P(suffix)                                                              \
+    (snprintf(n, sizeof n, "backbone.layers.%d.mixer." suffix, i), n)
     if ((rc = weight(b, P("q_proj"), q, g->hidden, &L->wq)) ||
         (rc = weight(b, P("k_proj"), kv, g->hidden, &L->wk)) ||
         (rc = weight(b, P("v_proj"), kv, g->hidden, &L->wv)) ||
@@ -111,7 +112,7 @@ static loom_status stacked_view(bind_ctx *b, const char *name, int e,
     loom_status rc = b->m->host->tensor_find(b->m->ckpt, name, &t, b->err);
     if (rc != LOOM_OK)
         return rc;
-    size_t es = t.dtype == LOOM_DTYPE_F32 ? 4
+    size_t es = t.dtype == LOOM_DTYPE_F32                                   ? 4
                 : (t.dtype == LOOM_DTYPE_BF16 || t.dtype == LOOM_DTYPE_F16) ? 2
                                                                             : 0;
     if (!es || t.ndim != 3 || t.shape[0] != b->m->g.n_experts ||
@@ -134,8 +135,8 @@ static loom_status bind_moe(bind_ctx *b, int i, nem_layer *L)
 #define P(...) (snprintf(n, sizeof n, __VA_ARGS__), n)
     if ((rc = weight(b, P("backbone.layers.%d.mixer.gate", i), g->n_experts,
                      g->hidden, &L->router)) ||
-        (rc = vec(b, P("backbone.layers.%d.mixer.gate.e_score_correction_bias",
-                       i),
+        (rc = vec(b,
+                  P("backbone.layers.%d.mixer.gate.e_score_correction_bias", i),
                   g->n_experts, g->n_experts, &L->score_bias)) ||
         (rc = weight(b, P("backbone.layers.%d.mixer.shared_experts.up_proj", i),
                      g->shared_inter, g->hidden, &L->up)) ||
@@ -148,19 +149,21 @@ static loom_status bind_moe(bind_ctx *b, int i, nem_layer *L)
     if (!L->ex_up || !L->ex_down)
         return loom_err_set(b->err, LOOM_ERR_NOMEM, "experts: out of memory");
     int stacked =
-        !has_tensor(b, P("backbone.layers.%d.mixer.experts.0.up_proj.weight",
-                         i)) &&
+        !has_tensor(
+            b, P("backbone.layers.%d.mixer.experts.0.up_proj.weight", i)) &&
         has_tensor(b, P("backbone.layers.%d.mixer.experts.up_proj", i));
     for (int e = 0; e < g->n_experts; e++) {
         if (stacked) {
-            rc = stacked_view(b, P("backbone.layers.%d.mixer.experts.up_proj", i),
+            rc = stacked_view(b,
+                              P("backbone.layers.%d.mixer.experts.up_proj", i),
                               e, g->moe_inter, g->hidden, &L->ex_up[e]);
             if (rc == LOOM_OK)
                 rc = stacked_view(
                     b, P("backbone.layers.%d.mixer.experts.down_proj", i), e,
                     g->hidden, g->moe_inter, &L->ex_down[e]);
         } else {
-            rc = weight(b, P("backbone.layers.%d.mixer.experts.%d.up_proj", i, e),
+            rc = weight(b,
+                        P("backbone.layers.%d.mixer.experts.%d.up_proj", i, e),
                         g->moe_inter, g->hidden, &L->ex_up[e]);
             if (rc == LOOM_OK)
                 rc = weight(
@@ -196,11 +199,10 @@ loom_status nem_weights_bind(loom_model *m, loom_err *err)
         return loom_err_set(err, LOOM_ERR_NOMEM, "layers: out of memory");
 
     /* older checkpoints name the table `embedding` */
-    const char *emb = has_tensor(&b, "backbone.embeddings.weight")
-                          ? "backbone.embeddings"
-                      : has_tensor(&b, "backbone.embedding.weight")
-                          ? "backbone.embedding"
-                          : "backbone.embeddings";
+    const char *emb =
+        has_tensor(&b, "backbone.embeddings.weight")  ? "backbone.embeddings"
+        : has_tensor(&b, "backbone.embedding.weight") ? "backbone.embedding"
+                                                      : "backbone.embeddings";
     if ((rc = weight(&b, emb, g->vocab, g->hidden, &m->embed)) ||
         (rc = vec(&b, "backbone.norm_f.weight", g->hidden, g->hidden,
                   &m->norm_f)))

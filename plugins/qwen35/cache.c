@@ -31,8 +31,7 @@ static int64_t q35_state_floats(const loom_model *m)
 uint64_t q35_cache_fixed_bytes(const loom_model *m)
 {
     return (uint64_t)m->n_lin *
-           (uint64_t)(q35_tail_floats(m) + q35_state_floats(m)) *
-           sizeof(float);
+           (uint64_t)(q35_tail_floats(m) + q35_state_floats(m)) * sizeof(float);
 }
 
 uint64_t q35_cache_token_bytes(const loom_model *m)
@@ -105,8 +104,7 @@ float *q35_cache_log(const loom_model *m, loom_cache *c, int32_t i, int l)
 }
 
 loom_status q35_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
-                              int32_t n_spec, int first_is_spec,
-                              loom_err *err)
+                              int32_t n_spec, int first_is_spec, loom_err *err)
 {
     int64_t need = c->len + n_new;
     if (need > m->max_context)
@@ -128,12 +126,12 @@ loom_status q35_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
     if (m->n_lin > 0) {
         size_t lin = (size_t)m->n_lin;
         if (!c->snap_conv) {
-            c->snap_conv = malloc(lin * (size_t)q35_tail_floats(m) *
-                                      sizeof(float) +
-                                  sizeof(float));
-            c->snap_state = malloc(lin * (size_t)q35_state_floats(m) *
-                                       sizeof(float) +
-                                   sizeof(float));
+            c->snap_conv =
+                malloc(lin * (size_t)q35_tail_floats(m) * sizeof(float) +
+                       sizeof(float));
+            c->snap_state =
+                malloc(lin * (size_t)q35_state_floats(m) * sizeof(float) +
+                       sizeof(float));
             if (!c->snap_conv || !c->snap_state) {
                 free(c->snap_conv);
                 free(c->snap_state);
@@ -147,9 +145,9 @@ loom_status q35_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
             int32_t cap = c->log_cap ? c->log_cap : 16;
             while (cap < rows)
                 cap *= 2;
-            float *log = realloc(c->log, (size_t)cap * lin *
-                                             (size_t)m->log.size *
-                                             sizeof(float));
+            float *log =
+                realloc(c->log, (size_t)cap * lin * (size_t)m->log.size *
+                                    sizeof(float));
             if (!log)
                 return loom_err_set(err, LOOM_ERR_NOMEM,
                                     "qwen35 cache: no memory for a %d-row "
@@ -192,8 +190,8 @@ loom_status q35_commit(loom_model *m, loom_cache *c, int32_t kept,
                 const float *e = q35_cache_log(m, c, r, l);
                 /* the tail shift of loom_cpu_conv_step */
                 if (kt > 0) {
-                    memmove(tl, tl + cd, (size_t)(kt - 1) * (size_t)cd *
-                                             sizeof(float));
+                    memmove(tl, tl + cd,
+                            (size_t)(kt - 1) * (size_t)cd * sizeof(float));
                     memcpy(tl + (kt - 1) * cd, e + m->log.conv,
                            (size_t)cd * sizeof(float));
                 }

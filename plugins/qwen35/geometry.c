@@ -46,8 +46,8 @@ static loom_status q35_pos_int(const q35_src *s, const char *key, int64_t def,
     }
     if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL)
         return loom_err_set(s->err, LOOM_ERR_FORMAT,
-                            "config.json: %s%s is required but %s", s->pre,
-                            key, q35_type_name(t));
+                            "config.json: %s%s is required but %s", s->pre, key,
+                            q35_type_name(t));
     if (t != LOOM_JSON_INT)
         return loom_err_set(s->err, LOOM_ERR_FORMAT,
                             "config.json: %s%s must be an integer, not %s",
@@ -55,8 +55,8 @@ static loom_status q35_pos_int(const q35_src *s, const char *key, int64_t def,
     int64_t x = s->host->json_int(v);
     if (x <= 0)
         return loom_err_set(s->err, LOOM_ERR_FORMAT,
-                            "config.json: %s%s = %lld must be positive",
-                            s->pre, key, (long long)x);
+                            "config.json: %s%s = %lld must be positive", s->pre,
+                            key, (long long)x);
     *out = x;
     return LOOM_OK;
 }
@@ -80,8 +80,8 @@ static loom_status q35_nonneg_int(const q35_src *s, const char *key,
 
 /* A positive number from `obj` (absent: def). */
 static loom_status q35_pos_real(const q35_src *s, const loom_json *obj,
-                                const char *where, const char *key,
-                                double def, double *out)
+                                const char *where, const char *key, double def,
+                                double *out)
 {
     const loom_json *v = s->host->json_get(obj, key);
     loom_json_type t = s->host->json_type(v);
@@ -91,8 +91,8 @@ static loom_status q35_pos_real(const q35_src *s, const loom_json *obj,
     }
     if (t != LOOM_JSON_INT && t != LOOM_JSON_REAL)
         return loom_err_set(s->err, LOOM_ERR_FORMAT,
-                            "config.json: %s%s must be a number, not %s",
-                            where, key, q35_type_name(t));
+                            "config.json: %s%s must be a number, not %s", where,
+                            key, q35_type_name(t));
     double x = s->host->json_real(v);
     if (!(x > 0.0))
         return loom_err_set(s->err, LOOM_ERR_FORMAT,
@@ -182,9 +182,8 @@ static loom_status q35_moe(const q35_src *s, q35_geometry *g)
                             s->pre, (long long)g->top_k,
                             (long long)g->n_experts);
     const loom_json *nt = host->json_get(s->tc, "norm_topk_prob");
-    g->norm_topk = host->json_type(nt) == LOOM_JSON_BOOL
-                       ? host->json_bool(nt)
-                       : 1;
+    g->norm_topk =
+        host->json_type(nt) == LOOM_JSON_BOOL ? host->json_bool(nt) : 1;
     for (int64_t i = 0; i < g->n_layers; i++)
         g->moe_layer[i] = (i + 1) % step == 0;
     const loom_json *only = host->json_get(s->tc, "mlp_only_layers");
@@ -225,14 +224,11 @@ loom_status q35_geometry_parse(const loom_host *host,
         (st = q35_pos_int(&s, "num_key_value_heads", 0, &g->n_kv_heads)) ||
         (st = q35_pos_int(&s, "head_dim", 0, &g->head_dim)) ||
         (st = q35_pos_int(&s, "linear_num_key_heads", 0, &g->lin_k_heads)) ||
-        (st = q35_pos_int(&s, "linear_num_value_heads", 0,
-                          &g->lin_v_heads)) ||
+        (st = q35_pos_int(&s, "linear_num_value_heads", 0, &g->lin_v_heads)) ||
         (st = q35_pos_int(&s, "linear_key_head_dim", 0, &g->lin_dk)) ||
         (st = q35_pos_int(&s, "linear_value_head_dim", 0, &g->lin_dv)) ||
-        (st = q35_pos_int(&s, "linear_conv_kernel_dim", 4,
-                          &g->conv_kernel)) ||
-        (st = q35_pos_int(&s, "max_position_embeddings", 32768,
-                          &g->max_pos)))
+        (st = q35_pos_int(&s, "linear_conv_kernel_dim", 4, &g->conv_kernel)) ||
+        (st = q35_pos_int(&s, "max_position_embeddings", 32768, &g->max_pos)))
         return st;
     if (g->n_layers > Q35_MAX_LAYERS)
         return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
@@ -310,14 +306,12 @@ loom_status q35_geometry_parse(const loom_host *host,
     const loom_json *tie = host->json_get(s.tc, "tie_word_embeddings");
     if (host->json_type(tie) != LOOM_JSON_BOOL)
         tie = host->json_get(root, "tie_word_embeddings");
-    g->tied = host->json_type(tie) == LOOM_JSON_BOOL ? host->json_bool(tie)
-                                                     : 0;
+    g->tied = host->json_type(tie) == LOOM_JSON_BOOL ? host->json_bool(tie) : 0;
 
     q35_add_eos(host, host->json_get(s.tc, "eos_token_id"), g);
     q35_add_eos(host, host->json_get(root, "eos_token_id"), g);
-    q35_add_eos(host,
-                host->json_get(host->generation_config(ckpt), "eos_token_id"),
-                g);
+    q35_add_eos(
+        host, host->json_get(host->generation_config(ckpt), "eos_token_id"), g);
     return LOOM_OK;
 }
 
@@ -352,6 +346,10 @@ void q35_geometry_report(const q35_geometry *g, const loom_fields *out)
         out->i64(c, "moe_intermediate_size", g->moe_ffn);
         out->i64(c, "shared_expert_intermediate_size", g->shared_ffn);
     }
+    char eos[LOOM_MAX_EOS * 12 + 1] = "";
+    size_t n = 0;
     for (int32_t i = 0; i < g->n_eos; i++)
-        out->i64(c, "eos_token_id", g->eos[i]);
+        n += (size_t)snprintf(eos + n, sizeof eos - n, "%s%d", i ? "," : "",
+                              g->eos[i]);
+    out->str(c, "eos_token_ids", eos);
 }

@@ -69,8 +69,8 @@ loom_status q35_open(const loom_host *host, const loom_checkpoint *ckpt,
     m->log.beta = m->log.decay + g->lin_v_heads;
     m->log.size = m->log.beta + g->lin_v_heads;
     m->max_rows = opt && opt->max_rows > 0 ? opt->max_rows : 512;
-    m->max_context = opt && opt->max_context > 0 ? opt->max_context
-                                                 : g->max_pos;
+    m->max_context =
+        opt && opt->max_context > 0 ? opt->max_context : g->max_pos;
     *out = m;
     return LOOM_OK;
 fail:

@@ -60,7 +60,7 @@ typedef struct q35_expert {
 } q35_expert;
 
 typedef struct q35_layer {
-    char kind; /* 'L' or 'A' */
+    char kind;                  /* 'L' or 'A' */
     float *in_norm, *post_norm; /* [hidden], effective multipliers */
     /* full attention */
     loom_weight q_proj, k_proj, v_proj, o_proj;
@@ -69,16 +69,16 @@ typedef struct q35_layer {
     loom_weight in_qkv, in_z, in_b, in_a; /* Qwen3.5 */
     loom_weight in_qkvz, in_ba;           /* Qwen3-Next */
     loom_weight out_proj;
-    float *conv_w;   /* [conv_dim, K] */
-    float *neg_a;    /* [Hv] -exp(A_log) */
-    float *dt_bias;  /* [Hv] */
-    float *gnorm;    /* [dv] plain weight of the gated norm */
+    float *conv_w;  /* [conv_dim, K] */
+    float *neg_a;   /* [Hv] -exp(A_log) */
+    float *dt_bias; /* [Hv] */
+    float *gnorm;   /* [dv] plain weight of the gated norm */
     /* dense MLP */
     loom_weight gate, up, down;
     /* MoE */
     int moe;
-    loom_weight router;              /* [E, hidden] */
-    q35_expert *experts;             /* [E] */
+    loom_weight router;                             /* [E, hidden] */
+    q35_expert *experts;                            /* [E] */
     loom_weight sh_gate, sh_up, sh_down, sh_gate_w; /* shared expert */
 } q35_layer;
 
@@ -87,14 +87,15 @@ typedef struct q35_weights {
     loom_weight lm_head; /* == embed when tied */
     float *norm;         /* [hidden], effective multiplier */
     q35_layer *layers;
-    int norms_shifted;   /* MLX files carry 1 + w already */
-    void *floats;        /* one block holding every float array above */
+    int norms_shifted; /* MLX files carry 1 + w already */
+    void *resident;    /* the linear weights, copied out of the mapping */
+    int64_t resident_bytes;
+    const loom_host *host; /* for the accounting of `resident` */
 } q35_weights;
 
 /* Binds every tensor named by g, checking shapes. On failure nothing is
  * left allocated. */
-loom_status q35_weights_bind(const loom_host *host,
-                             const loom_checkpoint *ckpt,
+loom_status q35_weights_bind(const loom_host *host, const loom_checkpoint *ckpt,
                              const q35_geometry *g, q35_weights *w,
                              loom_err *err);
 void q35_weights_free(q35_weights *w);
@@ -111,16 +112,16 @@ typedef struct q35_log_layout {
 } q35_log_layout;
 
 struct loom_cache {
-    int64_t len;          /* positions fed */
-    loom_cpu_kv *kv;      /* [n_attn] */
-    float *conv;          /* [n_lin][(K-1) * conv_dim] oldest first */
-    float *state;         /* [n_lin][Hv][dk][dv] fp32 recurrent state */
+    int64_t len;     /* positions fed */
+    loom_cpu_kv *kv; /* [n_attn] */
+    float *conv;     /* [n_lin][(K-1) * conv_dim] oldest first */
+    float *state;    /* [n_lin][Hv][dk][dv] fp32 recurrent state */
     /* speculation (see cache.c) */
-    int32_t spec_n;       /* speculative rows since the snapshot */
-    int64_t spec_start;   /* len when the snapshot was taken */
-    float *snap_conv;     /* copy of conv at spec_start */
-    float *snap_state;    /* copy of state at spec_start */
-    float *log;           /* [log_cap][n_lin][layout.size] */
+    int32_t spec_n;     /* speculative rows since the snapshot */
+    int64_t spec_start; /* len when the snapshot was taken */
+    float *snap_conv;   /* copy of conv at spec_start */
+    float *snap_state;  /* copy of state at spec_start */
+    float *log;         /* [log_cap][n_lin][layout.size] */
     int32_t log_cap;
 };
 
@@ -135,14 +136,14 @@ typedef struct q35_stream {
 } q35_stream;
 
 typedef struct q35_scratch {
-    int64_t rows; /* capacity in rows */
-    float *h, *xn, *proj;          /* [R, hidden] */
-    float *big0, *big1, *big2;     /* [R, big] */
-    float *conv_out;               /* [R, conv_dim] */
-    float *o;                      /* [R, max(value_dim, nh*hd)] */
-    float *z, *b, *a;              /* [R, value_dim], [R, Hv], [R, Hv] */
-    float *decay, *beta;           /* [R, Hv] */
-    float *moe_prob;               /* [R, E] */
+    int64_t rows;              /* capacity in rows */
+    float *h, *xn, *proj;      /* [R, hidden] */
+    float *big0, *big1, *big2; /* [R, big] */
+    float *conv_out;           /* [R, conv_dim] */
+    float *o;                  /* [R, max(value_dim, nh*hd)] */
+    float *z, *b, *a;          /* [R, value_dim], [R, Hv], [R, Hv] */
+    float *decay, *beta;       /* [R, Hv] */
+    float *moe_prob;           /* [R, E] */
     int64_t big;
 } q35_scratch;
 
@@ -152,8 +153,8 @@ struct loom_model {
     q35_geometry g;
     q35_weights w;
     int n_lin, n_attn;
-    int *slot;            /* layer -> index among its kind */
-    float *inv_freq;      /* [rot_dim / 2] */
+    int *slot;       /* layer -> index among its kind */
+    float *inv_freq; /* [rot_dim / 2] */
     q35_log_layout log;
     int32_t max_rows;
     int64_t max_context;
@@ -175,8 +176,7 @@ uint64_t q35_cache_token_bytes(const loom_model *m);
 /* Makes room for `n_new` more rows, `n_spec` of them speculative, before a
  * forward changes anything; takes the snapshot when speculation starts. */
 loom_status q35_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
-                              int32_t n_spec, int first_is_spec,
-                              loom_err *err);
+                              int32_t n_spec, int first_is_spec, loom_err *err);
 /* The replay-log slot of speculative row `i` (0-based since the snapshot)
  * for GDN layer slot `l`. */
 float *q35_cache_log(const loom_model *m, loom_cache *c, int32_t i, int l);

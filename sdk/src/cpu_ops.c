@@ -1,11 +1,23 @@
 /* The float32 CPU building blocks declared in loom/cpu_ops.h. */
 #include <loom/cpu_ops.h>
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The inner loops of attention and of the delta rule: one binary for every
+ * x86-64, the loader picking the AVX2 clone where the CPU has it. The same
+ * clone runs for every call on one machine, so results stay reproducible. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) &&         \
+    !defined(_WIN32)
+#define LOOM_CPU_MULTIVERSION __attribute__((target_clones("avx2", "default")))
+#else
+#define LOOM_CPU_MULTIVERSION
+#endif
+
 /* ---------------------------------------------------------------- vectors */
 
+LOOM_CPU_MULTIVERSION
 float loom_cpu_dot(const float *a, const float *b, int64_t n)
 {
     /* four partial sums: lets the compiler vectorise without -ffast-math */
@@ -22,12 +34,14 @@ float loom_cpu_dot(const float *a, const float *b, int64_t n)
     return (s0 + s1) + (s2 + s3);
 }
 
+LOOM_CPU_MULTIVERSION
 void loom_cpu_axpy(float *y, float a, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += a * x[i];
 }
 
+LOOM_CPU_MULTIVERSION
 void loom_cpu_scale(float *x, float a, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -88,8 +102,8 @@ void loom_cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n,
         out[i] = (x[i] * r) * (w ? w[i] : 1.0f);
 }
 
-void loom_cpu_rmsnorm_1p(float *out, const float *x, const float *w,
-                         int64_t n, float eps)
+void loom_cpu_rmsnorm_1p(float *out, const float *x, const float *w, int64_t n,
+                         float eps)
 {
     float r = inv_rms(x, n, eps);
     for (int64_t i = 0; i < n; i++)
@@ -190,6 +204,12 @@ loom_status loom_cpu_kv_reserve(loom_cpu_kv *kv, int64_t n_pos, loom_err *err)
     int64_t cap = kv->cap ? kv->cap : 64;
     while (cap < n_pos)
         cap *= 2;
+    if (kv->width > 0 &&
+        (uint64_t)cap > SIZE_MAX / sizeof(float) / (uint64_t)kv->width)
+        return loom_err_set(err, LOOM_ERR_NOMEM,
+                            "KV cache: %lld positions of %lld floats do not "
+                            "fit in memory",
+                            (long long)cap, (long long)kv->width);
     size_t bytes = (size_t)cap * (size_t)kv->width * sizeof(float);
     /* both reallocs must succeed before the store changes */
     float *k = malloc(bytes);
@@ -257,9 +277,8 @@ void loom_cpu_attend_head(float *out, const float *q, const float *k,
 }
 
 void loom_cpu_attend_head_blocked(float *out, const float *q, const float *k,
-                                  const float *v, int64_t n_ctx,
-                                  int64_t stride, int64_t head_dim,
-                                  float scale)
+                                  const float *v, int64_t n_ctx, int64_t stride,
+                                  int64_t head_dim, float scale)
 {
     enum { BLOCK = 256 };
     float sc[BLOCK];
@@ -306,9 +325,8 @@ void loom_cpu_attend_row(float *out, const float *q, const loom_cpu_kv *kv,
 
 /* ---------------------------------------------------------------- conv */
 
-void loom_cpu_conv_step(float *out, const float *x, float *tail,
-                        const float *w, const float *bias, int64_t channels,
-                        int64_t kernel)
+void loom_cpu_conv_step(float *out, const float *x, float *tail, const float *w,
+                        const float *bias, int64_t channels, int64_t kernel)
 {
     int64_t kt = kernel - 1;
     for (int64_t c = 0; c < channels; c++) {
@@ -353,10 +371,9 @@ loom_status loom_cpu_tensor_f32(const loom_tensor *t, float *out, int64_t n,
                             "tensor %s: dtype %d is not F32, F16 or BF16",
                             t->name ? t->name : "?", (int)t->dtype);
     if (count != n)
-        return loom_err_set(err, LOOM_ERR_FORMAT,
-                            "tensor %s: %lld elements, expected %lld",
-                            t->name ? t->name : "?", (long long)count,
-                            (long long)n);
+        return loom_err_set(
+            err, LOOM_ERR_FORMAT, "tensor %s: %lld elements, expected %lld",
+            t->name ? t->name : "?", (long long)count, (long long)n);
     for (int64_t i = 0; i < n; i++)
         out[i] = loom_cpu_load_f32(t->data, t->dtype, i);
     return LOOM_OK;

@@ -44,8 +44,8 @@ void loom_cpu_rmsnorm_group_gated(float *out, const float *x, const float *z,
             ss += (double)h * h;
         }
         /* mean in float32 as torch does, the rest in double once */
-        float r = (float)(1.0 / sqrt((double)(float)(ss / (double)group) +
-                                     eps));
+        float r =
+            (float)(1.0 / sqrt((double)(float)(ss / (double)group) + eps));
         for (int64_t i = g0; i < g0 + group; i++)
             out[i] = w[i] * (out[i] * r);
     }

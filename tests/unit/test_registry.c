@@ -1,5 +1,6 @@
 /* Plugin discovery (good and broken plugins) and selection of a family or
  * drafter from config.json. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -73,8 +73,7 @@ static void expect_fail_file(const char *path, loom_status code,
     ck_assert_msg(has(err.msg, path), "message lacks the file: %s", err.msg);
     ck_assert_msg(has(err.msg, tensor), "message lacks '%s': %s", tensor,
                   err.msg);
-    ck_assert_msg(has(err.msg, what), "message lacks '%s': %s", what,
-                  err.msg);
+    ck_assert_msg(has(err.msg, what), "message lacks '%s': %s", what, err.msg);
 }
 
 /* A file with one header and `n` data bytes, expecting failure. */
@@ -109,8 +108,7 @@ static void valid_data(unsigned char *d)
     const float a[6] = {1.0f, -2.0f, 0.5f, 3.25f, 0.0f, -0.125f};
     memcpy(d, a, sizeof a);
     /* BF16 1.0, -2.0, 0.375, +inf */
-    const unsigned char b[8] = {0x80, 0x3f, 0x00, 0xc0,
-                                0xc0, 0x3e, 0x80, 0x7f};
+    const unsigned char b[8] = {0x80, 0x3f, 0x00, 0xc0, 0xc0, 0x3e, 0x80, 0x7f};
     memcpy(d + 24, b, 8);
     const unsigned char s[4] = {0x2a, 0, 0, 0}; /* 42 */
     memcpy(d + 32, s, 4);
@@ -126,8 +124,7 @@ START_TEST(test_valid_file)
 
     loom_st *st = NULL;
     loom_err err;
-    ck_assert_msg(loom_st_open_file(path, &st, &err) == LOOM_OK, "%s",
-                  err.msg);
+    ck_assert_msg(loom_st_open_file(path, &st, &err) == LOOM_OK, "%s", err.msg);
     /* __metadata__ is not a tensor; header order is kept */
     ck_assert_uint_eq(loom_st_count(st), 4);
     ck_assert_str_eq(loom_st_at(st, 0)->name, "b");
@@ -187,10 +184,9 @@ START_TEST(test_valid_memory_and_dtypes)
     static const struct {
         const char *name;
         size_t size;
-    } want[] = {{"F32", 4}, {"F16", 2},     {"BF16", 2}, {"I32", 4},
-                {"U32", 4}, {"I8", 1},      {"U8", 1},   {"F8_E4M3", 1},
-                {"I64", 8}, {"F64", 8},     {"I16", 2},  {"U16", 2},
-                {"BOOL", 1}};
+    } want[] = {{"F32", 4}, {"F16", 2}, {"BF16", 2},    {"I32", 4}, {"U32", 4},
+                {"I8", 1},  {"U8", 1},  {"F8_E4M3", 1}, {"I64", 8}, {"F64", 8},
+                {"I16", 2}, {"U16", 2}, {"BOOL", 1}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         loom_dtype t = loom_dtype_from_name(want[i].name);
         ck_assert_int_ne(t, LOOM_DTYPE_COUNT);
@@ -301,8 +297,9 @@ END_TEST
 
 START_TEST(test_bad_entries)
 {
-    expect_bad("{\"w\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,2]}}",
-               2, LOOM_ERR_FORMAT, "'w'", "unknown dtype 'Q4'");
+    expect_bad(
+        "{\"w\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2,
+        LOOM_ERR_FORMAT, "'w'", "unknown dtype 'Q4'");
     expect_bad("{\"w\":{\"shape\":[2],\"data_offsets\":[0,2]}}", 2,
                LOOM_ERR_FORMAT, "'w'", "dtype");
     expect_bad("{\"w\":[1]}", 0, LOOM_ERR_FORMAT, "'w'", "not an object");
@@ -384,8 +381,7 @@ START_TEST(test_overlap)
              d, sizeof d);
     loom_st *st = NULL;
     loom_err err;
-    ck_assert_msg(loom_st_open_file(path, &st, &err) == LOOM_OK, "%s",
-                  err.msg);
+    ck_assert_msg(loom_st_open_file(path, &st, &err) == LOOM_OK, "%s", err.msg);
     ck_assert_uint_eq(loom_st_count(st), 3);
     loom_st_close(st);
 }
@@ -427,15 +423,17 @@ static const char *make_sharded(const char *index)
     d1[8] = 7;
     d1[9] = 8;
     d1[10] = 9;
-    write_st(path_in(dir, "model-00001-of-00002.safetensors"),
-             "{\"a.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-             "\"a.v\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[8,11]}}",
-             d1, sizeof d1);
+    write_st(
+        path_in(dir, "model-00001-of-00002.safetensors"),
+        "{\"a.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+        "\"a.v\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[8,11]}}",
+        d1, sizeof d1);
     const unsigned char d2[4] = {0x80, 0x3f, 0x00, 0x41}; /* 1.0, 8.0 */
-    write_st(path_in(dir, "model-00002-of-00002.safetensors"),
-             "{\"b.w\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}"
-             "}",
-             d2, sizeof d2);
+    write_st(
+        path_in(dir, "model-00002-of-00002.safetensors"),
+        "{\"b.w\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}"
+        "}",
+        d2, sizeof d2);
     char text[1024];
     snprintf(text, sizeof text,
              "{\"metadata\":{\"total_size\":15},\"weight_map\":{%s}}", index);
@@ -444,10 +442,9 @@ static const char *make_sharded(const char *index)
     return dir;
 }
 
-static const char good_index[] =
-    "\"b.w\":\"model-00002-of-00002.safetensors\","
-    "\"a.w\":\"model-00001-of-00002.safetensors\","
-    "\"a.v\":\"model-00001-of-00002.safetensors\"";
+static const char good_index[] = "\"b.w\":\"model-00002-of-00002.safetensors\","
+                                 "\"a.w\":\"model-00001-of-00002.safetensors\","
+                                 "\"a.v\":\"model-00001-of-00002.safetensors\"";
 
 START_TEST(test_sharded)
 {
@@ -488,21 +485,20 @@ static void expect_dir_fail(const char *dir, loom_status code,
 
 START_TEST(test_shard_missing)
 {
-    const char *dir = make_sharded(
-        "\"a.w\":\"model-00001-of-00002.safetensors\","
-        "\"c.w\":\"model-00003-of-00002.safetensors\"");
-    expect_dir_fail(dir, LOOM_ERR_NOT_FOUND, "model-00003-of-00002",
-                    "'c.w'");
+    const char *dir =
+        make_sharded("\"a.w\":\"model-00001-of-00002.safetensors\","
+                     "\"c.w\":\"model-00003-of-00002.safetensors\"");
+    expect_dir_fail(dir, LOOM_ERR_NOT_FOUND, "model-00003-of-00002", "'c.w'");
 }
 END_TEST
 
 START_TEST(test_index_names_absent_tensor)
 {
     /* a.w is in 00001, but the index says 00002 */
-    const char *dir = make_sharded(
-        "\"a.w\":\"model-00002-of-00002.safetensors\","
-        "\"b.w\":\"model-00002-of-00002.safetensors\","
-        "\"a.v\":\"model-00001-of-00002.safetensors\"");
+    const char *dir =
+        make_sharded("\"a.w\":\"model-00002-of-00002.safetensors\","
+                     "\"b.w\":\"model-00002-of-00002.safetensors\","
+                     "\"a.v\":\"model-00001-of-00002.safetensors\"");
     expect_dir_fail(dir, LOOM_ERR_FORMAT, "'a.w'", "00002-of-00002");
 
     /* a tensor no shard has */
@@ -517,9 +513,10 @@ START_TEST(test_duplicate_across_shards)
     const char *dir = make_sharded(good_index);
     /* a third shard that also holds a.w */
     const float f[2] = {0, 0};
-    write_st(path_in(dir, "model-00003-of-00003.safetensors"),
-             "{\"a.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-             f, sizeof f);
+    write_st(
+        path_in(dir, "model-00003-of-00003.safetensors"),
+        "{\"a.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", f,
+        sizeof f);
     char text[1024];
     snprintf(text, sizeof text,
              "{\"weight_map\":{%s,\"x\":\"model-00003-of-00003.safetensors\"}}",
@@ -549,9 +546,10 @@ START_TEST(test_bad_index)
     /* a shard that is itself broken: its error names it */
     const char bad[] = "{\"weight_map\": {\"a.w\": \"bad.safetensors\"}}";
     write_bytes(ip, bad, strlen(bad));
-    write_st(path_in(dir, "bad.safetensors"),
-             "{\"a.w\":{\"dtype\":\"F99\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-             "12345678", 8);
+    write_st(
+        path_in(dir, "bad.safetensors"),
+        "{\"a.w\":{\"dtype\":\"F99\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+        "12345678", 8);
     expect_dir_fail(dir, LOOM_ERR_FORMAT, "bad.safetensors", "'a.w'");
 }
 END_TEST
@@ -583,8 +581,8 @@ static void check_against(const char *model, const want_list *w)
 {
     loom_st *st = NULL;
     loom_err err;
-    ck_assert_msg(loom_st_open_dir(fixture(model), &st, &err) == LOOM_OK,
-                  "%s", err.msg);
+    ck_assert_msg(loom_st_open_dir(fixture(model), &st, &err) == LOOM_OK, "%s",
+                  err.msg);
     ck_assert_uint_eq(loom_st_count(st), (size_t)w->n);
     for (int i = 0; i < w->n; i++) {
         const loom_tensor *t = loom_st_find(st, w->names[i]);
@@ -652,7 +650,8 @@ START_TEST(test_fixture_qwen35)
     want(&w, "model.norm.weight", 1, H, 0, 0);
     want(&w, "lm_head.weight", 2, V, H, 0);
     char n[128];
-#define P(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", (int)l, suffix), n)
+#define P(suffix)                                                              \
+    (snprintf(n, sizeof n, "model.layers.%d.%s", (int)l, suffix), n)
     for (int64_t l = 0; l < L; l++) {
         want(&w, P("input_layernorm.weight"), 1, H, 0, 0);
         want(&w, P("post_attention_layernorm.weight"), 1, H, 0, 0);
@@ -716,13 +715,12 @@ START_TEST(test_fixture_nemotron)
         }
         const char *b = json_string_value(json_array_get(blocks, (size_t)l));
         ck_assert_ptr_nonnull(b);
-        kinds[l] = strcmp(b, "linear_attention") == 0 || strcmp(b, "mamba") == 0
-                       ? 'M'
-                   : strcmp(b, "full_attention") == 0 ||
-                           strcmp(b, "attention") == 0
-                       ? '*'
-                   : strcmp(b, "mlp") == 0 ? '-'
-                                           : '?';
+        kinds[l] =
+            strcmp(b, "linear_attention") == 0 || strcmp(b, "mamba") == 0 ? 'M'
+            : strcmp(b, "full_attention") == 0 || strcmp(b, "attention") == 0
+                ? '*'
+            : strcmp(b, "mlp") == 0 ? '-'
+                                    : '?';
     }
     ck_assert_str_eq(kinds, "M-M*-");
 

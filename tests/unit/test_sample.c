@@ -11,7 +11,7 @@
 #include "testutil.h"
 
 #define NINF (-INFINITY)
-#define PI 3.14159265358979323846
+#define PI   3.14159265358979323846
 
 /* ---------------------------------------------------------------- noise */
 
@@ -22,9 +22,8 @@ START_TEST(philox_known_answers)
         {0, 0, 0, 0},
         {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
         {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}};
-    static const uint32_t key[3][2] = {{0, 0},
-                                       {0xffffffffu, 0xffffffffu},
-                                       {0xa4093822u, 0x299f31d0u}};
+    static const uint32_t key[3][2] = {
+        {0, 0}, {0xffffffffu, 0xffffffffu}, {0xa4093822u, 0x299f31d0u}};
     static const uint32_t want[3][4] = {
         {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u},
         {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu},
@@ -214,8 +213,10 @@ START_TEST(top_p_keeps_the_smallest_nucleus)
     struct {
         float p;
         int keep[4];
-    } cases[] = {{0.45f, {0, 1, 0, 0}}, {0.75f, {0, 1, 0, 1}},
-                 {0.85f, {1, 1, 0, 1}}, {0.97f, {1, 1, 1, 1}},
+    } cases[] = {{0.45f, {0, 1, 0, 0}},
+                 {0.75f, {0, 1, 0, 1}},
+                 {0.85f, {1, 1, 0, 1}},
+                 {0.97f, {1, 1, 1, 1}},
                  {1.0f, {1, 1, 1, 1}}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         memcpy(l, orig, sizeof l);
@@ -447,8 +448,7 @@ START_TEST(seeded_draws_repeat_in_any_order)
 
     /* unseeded: the random seed given is used and reported */
     sp.has_seed = 0;
-    ck_assert_int_eq(loom_sampler_new(&sp, V, 0xabcdefull, &a, NULL),
-                     LOOM_OK);
+    ck_assert_int_eq(loom_sampler_new(&sp, V, 0xabcdefull, &a, NULL), LOOM_OK);
     ck_assert_uint_eq(loom_sampler_seed(a), 0xabcdefull);
     loom_sampler_free(a);
 }
@@ -492,15 +492,15 @@ START_TEST(bad_parameters_are_refused_by_name)
 {
     loom_sample_params sp;
     loom_err err;
-#define REFUSE(stmt, word)                                                    \
-    do {                                                                      \
-        loom_sample_params_default(&sp);                                      \
-        stmt;                                                                 \
-        ck_assert_int_ne(loom_sample_params_check(&sp, 10, &err), LOOM_OK);   \
-        ck_assert_msg(strstr(err.msg, word), "%s", err.msg);                  \
-        loom_sampler *s = NULL;                                               \
-        ck_assert_int_ne(loom_sampler_new(&sp, 10, 0, &s, &err), LOOM_OK);    \
-        ck_assert_ptr_null(s);                                                \
+#define REFUSE(stmt, word)                                                     \
+    do {                                                                       \
+        loom_sample_params_default(&sp);                                       \
+        stmt;                                                                  \
+        ck_assert_int_ne(loom_sample_params_check(&sp, 10, &err), LOOM_OK);    \
+        ck_assert_msg(strstr(err.msg, word), "%s", err.msg);                   \
+        loom_sampler *s = NULL;                                                \
+        ck_assert_int_ne(loom_sampler_new(&sp, 10, 0, &s, &err), LOOM_OK);     \
+        ck_assert_ptr_null(s);                                                 \
     } while (0)
     REFUSE(sp.temperature = -1, "temperature");
     REFUSE(sp.temperature = NAN, "temperature");
@@ -548,4 +548,7 @@ static Suite *suite(void)
     return s;
 }
 
-int main(void) { return run_suite(suite()); }
+int main(void)
+{
+    return run_suite(suite());
+}

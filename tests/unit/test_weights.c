@@ -44,11 +44,11 @@ static void write_model(const char *dir, const tw *t, int n)
         json_t *shape = json_array();
         for (int d = 0; d < t[i].nd; d++)
             json_array_append_new(shape, json_integer(t[i].shape[d]));
-        json_object_set_new(
-            h, t[i].name,
-            json_pack("{s:s, s:o, s:[I, I]}", "dtype", t[i].dtype, "shape",
-                      shape, "data_offsets", (json_int_t)off,
-                      (json_int_t)(off + t[i].n)));
+        json_object_set_new(h, t[i].name,
+                            json_pack("{s:s, s:o, s:[I, I]}", "dtype",
+                                      t[i].dtype, "shape", shape,
+                                      "data_offsets", (json_int_t)off,
+                                      (json_int_t)(off + t[i].n)));
         off += t[i].n;
     }
     char *hdr = json_dumps(h, JSON_COMPACT);
@@ -157,12 +157,24 @@ static const char *make_quant_ckpt(void)
         {"model.layers.0.mlp.up_proj.weight", "U32", 2, {2, 2}, up_q, 16},
         {"model.layers.0.mlp.up_proj.scales", "F32", 2, {2, 2}, up_s, 16},
         {"model.layers.0.mlp.up_proj.biases", "F32", 2, {2, 2}, up_b, 16},
-        {"model.language_model.layers.0.mlp.gate.weight", "U32", 2, {1, 2},
-         gate_q, 8},
-        {"model.language_model.layers.0.mlp.gate.scales", "BF16", 2, {1, 2},
-         gate_s, 4},
-        {"model.language_model.layers.0.mlp.gate.biases", "BF16", 2, {1, 2},
-         gate_b, 4},
+        {"model.language_model.layers.0.mlp.gate.weight",
+         "U32",
+         2,
+         {1, 2},
+         gate_q,
+         8},
+        {"model.language_model.layers.0.mlp.gate.scales",
+         "BF16",
+         2,
+         {1, 2},
+         gate_s,
+         4},
+        {"model.language_model.layers.0.mlp.gate.biases",
+         "BF16",
+         2,
+         {1, 2},
+         gate_b,
+         4},
         {"model.layers.0.mlp.down_proj.weight", "U32", 2, {1, 3}, down_q, 12},
         {"model.layers.0.mlp.down_proj.scales", "F16", 2, {1, 2}, down_s, 4},
         {"model.layers.0.mlp.down_proj.biases", "F16", 2, {1, 2}, down_b, 4},
@@ -218,11 +230,11 @@ START_TEST(test_affine4)
     ck_assert_int_eq(w.scale_dtype, LOOM_DTYPE_F32);
     ck_assert_int_eq(w.rows, 2);
     /* row 0: q 0..7 with scale 0.5 bias 1; q 8..15 with scale 2 bias -3 */
-    const float r0[16] = {1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5,
-                          13, 15, 17, 19, 21, 23, 25, 27};
+    const float r0[16] = {1,  1.5, 2,  2.5, 3,  3.5, 4,  4.5,
+                          13, 15,  17, 19,  21, 23,  25, 27};
     /* row 1: q 7..0 with scale -1 bias 4; q 15..8 with 0.25, 0.5 */
-    const float r1[16] = {-3, -2, -1, 0, 1, 2, 3, 4,
-                          4.25, 4, 3.75, 3.5, 3.25, 3, 2.75, 2.5};
+    const float r1[16] = {-3,   -2, -1,   0,   1,    2, 3,    4,
+                          4.25, 4,  3.75, 3.5, 3.25, 3, 2.75, 2.5};
     expect_row(&w, 0, r0, 16);
     expect_row(&w, 1, r1, 16);
     /* rows/cols 0 skip the check */
@@ -246,12 +258,12 @@ START_TEST(test_affine_overrides)
     ck_assert_int_eq(w.bits, 8);
     ck_assert_int_eq(w.group_size, 4);
     ck_assert_int_eq(w.scale_dtype, LOOM_DTYPE_BF16);
-    const float g[8] = {-0.5, 0, 0.5, 1, -499.875, -501.875, -503.875,
-                        -509.875};
+    const float g[8] = {-0.5,     0,        0.5,      1,
+                        -499.875, -501.875, -503.875, -509.875};
     expect_row(&w, 0, g, 8);
 
-    ck_assert_msg(loom_weight_find(c, "model.layers.0.mlp.down_proj", 1, 32,
-                                   &w, &err) == LOOM_OK,
+    ck_assert_msg(loom_weight_find(c, "model.layers.0.mlp.down_proj", 1, 32, &w,
+                                   &err) == LOOM_OK,
                   "%s", err.msg);
     ck_assert_int_eq(w.bits, 3);
     ck_assert_int_eq(w.scale_dtype, LOOM_DTYPE_F16);
@@ -326,9 +338,8 @@ START_TEST(test_plain_rows)
 }
 END_TEST
 
-static void expect_find_fail(loom_checkpoint *c, const char *base,
-                             int64_t rows, int64_t cols, loom_status code,
-                             const char *part)
+static void expect_find_fail(loom_checkpoint *c, const char *base, int64_t rows,
+                             int64_t cols, loom_status code, const char *part)
 {
     loom_weight w;
     loom_err err = {{0}};
@@ -337,8 +348,8 @@ static void expect_find_fail(loom_checkpoint *c, const char *base,
                   err.msg);
     ck_assert_msg(strstr(err.msg, loom_checkpoint_dir(c)) != NULL,
                   "message lacks the checkpoint: %s", err.msg);
-    ck_assert_msg(strstr(err.msg, part) != NULL, "message lacks '%s': %s",
-                  part, err.msg);
+    ck_assert_msg(strstr(err.msg, part) != NULL, "message lacks '%s': %s", part,
+                  err.msg);
 }
 
 START_TEST(test_find_errors)
@@ -450,10 +461,8 @@ START_TEST(test_bf16_conversions)
     ck_assert(loom_bf16_to_f32(0xC000) == -2.0f);
     ck_assert(loom_bf16_to_f32(0x0001) == 0x1p-133f); /* least subnormal */
     ck_assert(loom_bf16_to_f32(0x7F7F) == 0x1.FEp127f);
-    ck_assert(isinf(loom_bf16_to_f32(0x7F80)) &&
-              loom_bf16_to_f32(0x7F80) > 0);
-    ck_assert(isinf(loom_bf16_to_f32(0xFF80)) &&
-              loom_bf16_to_f32(0xFF80) < 0);
+    ck_assert(isinf(loom_bf16_to_f32(0x7F80)) && loom_bf16_to_f32(0x7F80) > 0);
+    ck_assert(isinf(loom_bf16_to_f32(0xFF80)) && loom_bf16_to_f32(0xFF80) < 0);
     ck_assert(isnan(loom_bf16_to_f32(0x7FC0)));
     ck_assert(signbit(loom_bf16_to_f32(0x8000)));
 
@@ -549,8 +558,8 @@ START_TEST(test_f16_conversions)
     /* and the f32 value is the closed form of the f16 fields */
     for (uint32_t h = 0; h < 0x7C00u; h++) {
         uint32_t e = h >> 10, m = h & 0x3FFu;
-        double v = e ? ldexp(1.0 + m / 1024.0, (int)e - 15)
-                     : ldexp(m / 1024.0, -14);
+        double v =
+            e ? ldexp(1.0 + m / 1024.0, (int)e - 15) : ldexp(m / 1024.0, -14);
         ck_assert((double)loom_f16_to_f32((uint16_t)h) == v);
     }
     ck_assert_uint_eq(f32_bits(loom_f16_to_f32(0x7C00)), 0x7F800000u);

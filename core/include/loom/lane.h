@@ -84,7 +84,7 @@ typedef size_t (*loom_lane_piece_fn)(void *ctx, int32_t token, char *buf,
                                      size_t cap);
 
 typedef struct loom_lane_params {
-    loom_engine *engine; /* not owned; must outlive the lane */
+    loom_engine *engine;             /* not owned; must outlive the lane */
     const loom_tokenizer *tokenizer; /* not owned; NULL: ids only */
     loom_lane_piece_fn piece;        /* text without a tokenizer; or NULL */
     void *piece_ctx;
@@ -138,8 +138,8 @@ int32_t loom_lane_pending(loom_lane *lane);
 
 /* Counters for /metrics and --stats [any-thread]. */
 typedef struct loom_lane_stats {
-    int32_t active;  /* streams holding a cache */
-    int32_t queued;  /* streams waiting for one */
+    int32_t active;     /* streams holding a cache */
+    int32_t queued;     /* streams waiting for one */
     int32_t pool_total; /* caches made */
     int32_t pool_free;  /* caches idle in the pool */
     uint64_t streams_added, streams_finished;

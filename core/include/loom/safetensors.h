@@ -22,7 +22,7 @@ loom_status loom_st_open_memory(const void *data, uint64_t size,
 const char *loom_st_file_of(const loom_st *st, const loom_tensor *t);
 
 size_t loom_st_count(const loom_st *st);
-/* Tensors in file order (shards in index order). */
+/* Tensors in header order, shards in the order of their file names. */
 const loom_tensor *loom_st_at(const loom_st *st, size_t i);
 /* NULL when absent. */
 const loom_tensor *loom_st_find(const loom_st *st, const char *name);

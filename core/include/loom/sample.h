@@ -44,8 +44,8 @@ typedef struct loom_sample_params {
 
 void loom_sample_params_default(loom_sample_params *p);
 /* Checks ranges; the message names the field and its value. */
-loom_status loom_sample_params_check(const loom_sample_params *p,
-                                     int32_t vocab, loom_err *err);
+loom_status loom_sample_params_check(const loom_sample_params *p, int32_t vocab,
+                                     loom_err *err);
 
 typedef struct loom_token_logprob {
     int32_t token;
@@ -76,8 +76,8 @@ uint64_t loom_sampler_seed(const loom_sampler *s);
 void loom_sampler_accept(loom_sampler *s, int32_t token, int generated);
 /* Draws the token for absolute position `position` (the position the drawn
  * token will take in the stream) from that position's raw logits. */
-void loom_sampler_sample(loom_sampler *s, const float *logits,
-                         int32_t position, loom_sample_result *out);
+void loom_sampler_sample(loom_sampler *s, const float *logits, int32_t position,
+                         loom_sample_result *out);
 
 /* ---- the steps, exposed for tests and for device-side samplers that must
  * give the same tokens. */

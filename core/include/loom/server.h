@@ -12,12 +12,12 @@
 typedef struct loom_server loom_server;
 
 typedef struct loom_server_params {
-    const char *host;     /* address to bind; NULL: "127.0.0.1" */
-    int port;             /* 0: any free port (see loom_server_port) */
-    int32_t parallel;     /* streams decoding at once; 0: the lane's default */
-    int32_t max_queued;   /* streams waiting beyond those; past it 429. 0: 64 */
-    int64_t max_context;  /* context streams are held to; 0: the model's */
-    size_t max_body;      /* request body limit in bytes; 0: 8 MiB */
+    const char *host;    /* address to bind; NULL: "127.0.0.1" */
+    int port;            /* 0: any free port (see loom_server_port) */
+    int32_t parallel;    /* streams decoding at once; 0: the lane's default */
+    int32_t max_queued;  /* streams waiting beyond those; past it 429. 0: 64 */
+    int64_t max_context; /* context streams are held to; 0: the model's */
+    size_t max_body;     /* request body limit in bytes; 0: 8 MiB */
     const char *api_key_file; /* NULL: /v1 is open */
     const char *request_log;  /* NULL: no log */
     /* Name reported by /v1/models and in responses; NULL: the model

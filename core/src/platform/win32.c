@@ -4,6 +4,10 @@
 #include <loom/platform.h>
 
 #include <windows.h>
+#include <winsock2.h>
+#include <ws2tcpip.h>
+#define PSAPI_VERSION 2
+#include <psapi.h>
 
 #include <direct.h>
 #include <io.h>
@@ -490,4 +494,234 @@ int loom_cpu_count(void)
     SYSTEM_INFO si;
     GetSystemInfo(&si);
     return si.dwNumberOfProcessors > 0 ? (int)si.dwNumberOfProcessors : 1;
+}
+
+/* ---------------------------------------------------------------- append */
+
+struct loom_file {
+    HANDLE h;
+};
+
+loom_status loom_append_open(const char *path, loom_file **out, loom_err *err)
+{
+    wchar_t *w = widen(path);
+    if (!w)
+        return loom_err_set(err, LOOM_ERR_INVALID, "%s: bad path", path);
+    /* FILE_APPEND_DATA alone: every write lands at the end of the file,
+     * atomically with respect to other appenders. */
+    HANDLE h =
+        CreateFileW(w, FILE_APPEND_DATA, FILE_SHARE_READ | FILE_SHARE_WRITE,
+                    NULL, OPEN_ALWAYS, FILE_ATTRIBUTE_NORMAL, NULL);
+    free(w);
+    if (h == INVALID_HANDLE_VALUE) {
+        char why[256];
+        last_error_text(why, sizeof why);
+        return loom_err_set(err, LOOM_ERR_IO, "%s: %s", path, why);
+    }
+    loom_file *f = malloc(sizeof *f);
+    if (!f) {
+        CloseHandle(h);
+        return loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory", path);
+    }
+    f->h = h;
+    *out = f;
+    return LOOM_OK;
+}
+
+loom_status loom_append_write(loom_file *f, const void *buf, size_t n,
+                              loom_err *err)
+{
+    DWORD w = 0;
+    if (n > 0xffffffffu)
+        return loom_err_set(err, LOOM_ERR_RANGE, "append: %llu bytes",
+                            (unsigned long long)n);
+    if (!WriteFile(f->h, buf, (DWORD)n, &w, NULL)) {
+        char why[256];
+        last_error_text(why, sizeof why);
+        return loom_err_set(err, LOOM_ERR_IO, "append: %s", why);
+    }
+    if (w != n)
+        return loom_err_set(err, LOOM_ERR_IO, "append: short write");
+    return LOOM_OK;
+}
+
+void loom_file_close(loom_file *f)
+{
+    if (!f)
+        return;
+    CloseHandle(f->h);
+    free(f);
+}
+
+/* ---------------------------------------------------------------- signals */
+
+/* The console control handler has no context pointer, so the event it sets
+ * is process-wide by necessity (one console per process). */
+static HANDLE stop_event;
+
+static BOOL WINAPI console_handler(DWORD type)
+{
+    (void)type;
+    if (stop_event)
+        SetEvent(stop_event);
+    return TRUE;
+}
+
+loom_status loom_signals_block(loom_err *err)
+{
+    if (!stop_event)
+        stop_event = CreateEventW(NULL, FALSE, FALSE, NULL);
+    if (!stop_event || !SetConsoleCtrlHandler(console_handler, TRUE)) {
+        char why[256];
+        last_error_text(why, sizeof why);
+        return loom_err_set(err, LOOM_ERR_IO, "console handler: %s", why);
+    }
+    return LOOM_OK;
+}
+
+int loom_signals_wait(uint32_t ms)
+{
+    if (!stop_event) {
+        Sleep(ms);
+        return LOOM_SIGNAL_NONE;
+    }
+    return WaitForSingleObject(stop_event, ms) == WAIT_OBJECT_0
+               ? LOOM_SIGNAL_STOP
+               : LOOM_SIGNAL_NONE;
+}
+
+/* ---------------------------------------------------------------- sockets */
+
+static BOOL CALLBACK wsa_start(PINIT_ONCE once, PVOID p, PVOID *ctx)
+{
+    (void)once;
+    (void)p;
+    (void)ctx;
+    WSADATA d;
+    return WSAStartup(MAKEWORD(2, 2), &d) == 0;
+}
+
+static int wsa_ready(void)
+{
+    static INIT_ONCE once = INIT_ONCE_STATIC_INIT;
+    return InitOnceExecuteOnce(&once, wsa_start, NULL, NULL) ? 0 : -1;
+}
+
+static loom_status tcp_open(const char *host, int port, int passive,
+                            loom_socket *out, int *bound_port, loom_err *err)
+{
+    if (wsa_ready() != 0)
+        return loom_err_set(err, LOOM_ERR_IO, "WSAStartup failed");
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = passive ? AI_PASSIVE : 0;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    if (getaddrinfo(host, service, &hints, &res) != 0)
+        return loom_err_set(err, LOOM_ERR_IO, "%s:%d: cannot resolve", host,
+                            port);
+    SOCKET fd = INVALID_SOCKET;
+    int last = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+        if (fd == INVALID_SOCKET) {
+            last = WSAGetLastError();
+            continue;
+        }
+        int ok = passive ? bind(fd, ai->ai_addr, (int)ai->ai_addrlen) == 0 &&
+                               listen(fd, 128) == 0
+                         : connect(fd, ai->ai_addr, (int)ai->ai_addrlen) == 0;
+        if (ok)
+            break;
+        last = WSAGetLastError();
+        closesocket(fd);
+        fd = INVALID_SOCKET;
+    }
+    freeaddrinfo(res);
+    if (fd == INVALID_SOCKET)
+        return loom_err_set(err, LOOM_ERR_IO, "%s:%d: socket error %d", host,
+                            port, last);
+    if (bound_port) {
+        struct sockaddr_storage ss;
+        int sl = sizeof ss;
+        *bound_port = port;
+        if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+            if (ss.ss_family == AF_INET)
+                *bound_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+            else if (ss.ss_family == AF_INET6)
+                *bound_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        }
+    }
+    *out = (loom_socket)fd;
+    return LOOM_OK;
+}
+
+loom_status loom_tcp_connect(const char *host, int port, loom_socket *out,
+                             loom_err *err)
+{
+    return tcp_open(host, port, 0, out, NULL, err);
+}
+
+loom_status loom_tcp_listen(const char *host, int port, loom_socket *out,
+                            int *bound_port, loom_err *err)
+{
+    return tcp_open(host, port, 1, out, bound_port, err);
+}
+
+int loom_socket_send_all(loom_socket s, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        int chunk = n > 1u << 30 ? 1 << 30 : (int)n;
+        int w = send((SOCKET)s, p, chunk, 0);
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+long loom_socket_recv(loom_socket s, void *buf, size_t n, uint32_t timeout_ms)
+{
+    WSAPOLLFD pfd = {(SOCKET)s, POLLRDNORM, 0};
+    int rc = WSAPoll(&pfd, 1, (INT)timeout_ms);
+    if (rc == 0)
+        return -2;
+    if (rc < 0)
+        return -1;
+    int r = recv((SOCKET)s, buf, n > 1u << 30 ? 1 << 30 : (int)n, 0);
+    return r < 0 ? -1 : (long)r;
+}
+
+void loom_socket_close(loom_socket s)
+{
+    closesocket((SOCKET)s);
+}
+
+int loom_socket_peer_gone(loom_socket s)
+{
+    WSAPOLLFD pfd = {(SOCKET)s, POLLRDNORM, 0};
+    if (WSAPoll(&pfd, 1, 0) <= 0)
+        return 0;
+    if (pfd.revents & (POLLHUP | POLLERR | POLLNVAL))
+        return 1;
+    if (pfd.revents & POLLRDNORM) {
+        char c;
+        int r = recv((SOCKET)s, &c, 1, MSG_PEEK);
+        return r == 0 || (r < 0 && WSAGetLastError() != WSAEWOULDBLOCK);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- process */
+
+uint64_t loom_rss_bytes(void)
+{
+    PROCESS_MEMORY_COUNTERS pmc;
+    if (!GetProcessMemoryInfo(GetCurrentProcess(), &pmc, sizeof pmc))
+        return 0;
+    return (uint64_t)pmc.WorkingSetSize;
 }

@@ -63,8 +63,8 @@ void loom_cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n,
                       float eps);
 /* Zero-centred weight: out = x / sqrt(mean(x²) + eps) * (1 + w).
  * out may alias x. */
-void loom_cpu_rmsnorm_1p(float *out, const float *x, const float *w,
-                         int64_t n, float eps);
+void loom_cpu_rmsnorm_1p(float *out, const float *x, const float *w, int64_t n,
+                         float eps);
 /* Norm before gate (Qwen3.5 linear_attn.norm):
  * out = (x / sqrt(mean(x²) + eps) * w) * silu(gate). out may alias x. */
 void loom_cpu_rmsnorm_gated(float *out, const float *x, const float *gate,
@@ -105,8 +105,7 @@ typedef struct loom_cpu_kv {
 void loom_cpu_kv_init(loom_cpu_kv *kv, int64_t width);
 /* Makes room for n_pos positions in all (keeps the contents). On failure the
  * store is unchanged. */
-loom_status loom_cpu_kv_reserve(loom_cpu_kv *kv, int64_t n_pos,
-                                loom_err *err);
+loom_status loom_cpu_kv_reserve(loom_cpu_kv *kv, int64_t n_pos, loom_err *err);
 /* Writes K and V of position pos (< cap); len becomes max(len, pos + 1). */
 void loom_cpu_kv_put(loom_cpu_kv *kv, int64_t pos, const float *k,
                      const float *v);
@@ -130,9 +129,8 @@ void loom_cpu_attend_head(float *out, const float *q, const float *k,
  * block by block (256 positions) with running max and sum, so any context
  * length fits on the stack. Deterministic: one fixed order of operations. */
 void loom_cpu_attend_head_blocked(float *out, const float *q, const float *k,
-                                  const float *v, int64_t n_ctx,
-                                  int64_t stride, int64_t head_dim,
-                                  float scale);
+                                  const float *v, int64_t n_ctx, int64_t stride,
+                                  int64_t head_dim, float scale);
 /* All n_heads query heads of one row over positions [0, n_ctx) of kv, GQA:
  * query head h uses kv head h / (n_heads / n_kv_heads). q is
  * [n_heads*head_dim], out the same. scores: scratch of n_ctx floats. */
@@ -148,9 +146,8 @@ void loom_cpu_attend_row(float *out, const float *q, const loom_cpu_kv *kv,
  * tail is [K-1, channels], oldest first: the last K-1 inputs (pre-activation).
  * Then the tail shifts by one and x becomes its newest entry. bias may be
  * NULL. No activation is applied. out must not alias tail; it may alias x. */
-void loom_cpu_conv_step(float *out, const float *x, float *tail,
-                        const float *w, const float *bias, int64_t channels,
-                        int64_t kernel);
+void loom_cpu_conv_step(float *out, const float *x, float *tail, const float *w,
+                        const float *bias, int64_t channels, int64_t kernel);
 
 /* ---------------------------------------------------------------- tensors */
 

@@ -1,0 +1,270 @@
+/* `loom bench MODEL --streams 1,8,32 --prompt 512 --gen 128`: prefill and
+ * decode throughput of the lane per stream count, one JSON line each, with
+ * the weight bytes and the bandwidth they imply. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <loom/checkpoint.h>
+#include <loom/lane.h>
+#include <loom/platform.h>
+#include <loom/safetensors.h>
+
+#include "cli_common.h"
+#include "commands.h"
+
+static void help(FILE *out)
+{
+    fprintf(out,
+            "usage: loom bench MODEL [options]\n\n"
+            "Runs S streams at once (each a random prompt, greedy, eos "
+            "ignored) for each\nstream count S and prints one JSON line per "
+            "S:\n"
+            "  prefill_tok_s   prompt tokens / time until every stream had "
+            "its first token\n"
+            "  decode_tok_s    tokens after that point / time after it (S "
+            "rows a round)\n"
+            "  implied_gbps    weight_bytes x decode rounds/s: each round "
+            "reads the weights once\n\n"
+            "  --streams LIST      stream counts (default 1,8,32)\n"
+            "  --prompt N          prompt tokens per stream (default 512)\n"
+            "  --gen N             tokens generated per stream (default 128)\n"
+            "  --seed S            prompt ids seed (default 1)\n");
+    loom_cli_model_opts_help(out);
+}
+
+/* Filled by the callbacks, which run on the stepping thread. */
+typedef struct bench_state {
+    int32_t n_streams, n_first, n_done;
+    uint64_t tokens;         /* generated so far */
+    uint64_t tokens_at_mark; /* when the last stream got its first token */
+    uint64_t t_mark, t_end;
+    char error[512];
+} bench_state;
+
+static int on_event(void *user, const loom_lane_event *ev)
+{
+    bench_state *b = (bench_state *)user;
+    uint64_t now = loom_now_ns();
+    if (ev->token >= 0) {
+        b->tokens++;
+        if (ev->n_generated == 1 && ++b->n_first == b->n_streams) {
+            b->t_mark = now;
+            b->tokens_at_mark = b->tokens;
+        }
+    }
+    if (ev->finish != LOOM_FINISH_NONE) {
+        if (ev->finish == LOOM_FINISH_ERROR && ev->error && !b->error[0])
+            snprintf(b->error, sizeof b->error, "%s", ev->error);
+        if (++b->n_done == b->n_streams)
+            b->t_end = now;
+    }
+    return 0;
+}
+
+static uint64_t weight_bytes(loom_engine *e)
+{
+    const loom_st *st = loom_checkpoint_tensors(e->ckpt);
+    uint64_t total = 0;
+    for (size_t i = 0; st && i < loom_st_count(st); i++)
+        total += loom_st_at(st, i)->nbytes;
+    return total;
+}
+
+static int parse_count(const char *opt, const char *s, int64_t lo, int64_t hi,
+                       int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "loom bench: %s: '%s' is not in [%lld, %lld]\n", opt, s,
+                (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* One stream count: returns 0, or 1 on failure (message printed). */
+static int bench_one(loom_engine *e, int32_t S, int32_t n_prompt, int32_t n_gen,
+                     uint64_t seed, uint64_t wbytes)
+{
+    loom_err err = {{0}};
+    loom_lane_params lp;
+    memset(&lp, 0, sizeof lp);
+    lp.engine = e;
+    lp.max_streams = S;
+    lp.max_queued = S;
+    loom_lane *lane = NULL;
+    if (loom_lane_new(&lp, &lane, &err) != LOOM_OK) {
+        fprintf(stderr, "loom bench: %s\n", err.msg);
+        return 1;
+    }
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    if (!prompt) {
+        loom_lane_free(lane);
+        fprintf(stderr, "loom bench: out of memory\n");
+        return 1;
+    }
+    bench_state b;
+    memset(&b, 0, sizeof b);
+    b.n_streams = S;
+    uint64_t x = seed;
+    int rc = 0;
+    uint64_t t0 = loom_now_ns();
+    for (int32_t s = 0; s < S && rc == 0; s++) {
+        /* distinct prompts (a cache may not share work across streams) */
+        for (int32_t i = 0; i < n_prompt; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            prompt[i] = (int32_t)((x >> 33) % (uint64_t)e->info.vocab);
+        }
+        loom_stream_params sp;
+        memset(&sp, 0, sizeof sp);
+        sp.prompt = prompt;
+        sp.n_prompt = n_prompt;
+        loom_sample_params_default(&sp.sample);
+        sp.sample.temperature = 0;
+        sp.max_tokens = n_gen;
+        sp.ignore_eos = 1;
+        sp.cb = on_event;
+        sp.user = &b;
+        if (loom_lane_add(lane, &sp, NULL, &err) != LOOM_OK) {
+            fprintf(stderr, "loom bench: %s\n", err.msg);
+            rc = 1;
+        }
+    }
+    while (rc == 0 && b.n_done < S) {
+        if (loom_lane_step(lane, NULL, &err) != LOOM_OK) {
+            fprintf(stderr, "loom bench: %s\n", err.msg);
+            rc = 1;
+        }
+    }
+    loom_lane_stats ls;
+    loom_lane_get_stats(lane, &ls);
+    loom_lane_free(lane);
+    free(prompt);
+    if (rc)
+        return rc;
+    if (b.error[0]) {
+        fprintf(stderr, "loom bench: %s\n", b.error);
+        return 1;
+    }
+    double t_prefill = (double)(b.t_mark - t0) * 1e-9;
+    double t_decode = (double)(b.t_end - b.t_mark) * 1e-9;
+    double prefill = t_prefill > 0 ? (double)S * n_prompt / t_prefill : 0;
+    double decode =
+        t_decode > 0 ? (double)(b.tokens - b.tokens_at_mark) / t_decode : 0;
+    double rounds_s = decode / S;
+    printf("{\"streams\": %d, \"prompt\": %d, \"gen\": %d, "
+           "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, "
+           "\"decode_tok_s_per_stream\": %.2f, \"prefill_s\": %.4f, "
+           "\"decode_s\": %.4f, \"rounds\": %llu, \"forward_s\": %.4f, "
+           "\"weight_bytes\": %llu, \"implied_gbps\": %.3f, "
+           "\"device\": \"%s\", \"threads\": %d}\n",
+           S, n_prompt, n_gen, prefill, decode, decode / S, t_prefill, t_decode,
+           (unsigned long long)ls.rounds, ls.forward_s,
+           (unsigned long long)wbytes, (double)wbytes * rounds_s * 1e-9,
+           e->info.device == LOOM_DEVICE_CUDA ? "cuda" : "cpu",
+           loom_pool_size(e->pool));
+    fflush(stdout);
+    return 0;
+}
+
+int loom_cmd_bench(int argc, char **argv)
+{
+    loom_cli_model_opts o;
+    memset(&o, 0, sizeof o);
+    const char *model = NULL, *streams_s = "1,8,32";
+    int64_t n_prompt = 512, n_gen = 128, seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            help(stdout);
+            return 0;
+        }
+        int r = loom_cli_model_opt(&o, argc, argv, &i);
+        if (r < 0)
+            return 2;
+        if (r == 1)
+            continue;
+        if (a[0] == '-') {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "loom bench: %s needs a value\n", a);
+                return 2;
+            }
+            const char *v = argv[++i];
+            int bad = 0;
+            if (!strcmp(a, "--streams"))
+                streams_s = v;
+            else if (!strcmp(a, "--prompt"))
+                bad = parse_count(a, v, 1, 1 << 24, &n_prompt);
+            else if (!strcmp(a, "--gen"))
+                bad = parse_count(a, v, 2, 1 << 24, &n_gen);
+            else if (!strcmp(a, "--seed"))
+                bad = parse_count(a, v, 0, INT64_MAX, &seed);
+            else {
+                fprintf(stderr, "loom bench: unknown option '%s'\n", a);
+                help(stderr);
+                return 2;
+            }
+            if (bad)
+                return 2;
+            continue;
+        }
+        if (model) {
+            fprintf(stderr, "loom bench: unexpected argument '%s'\n", a);
+            return 2;
+        }
+        model = a;
+    }
+    if (!model) {
+        help(stderr);
+        return 2;
+    }
+    int32_t *streams = NULL, n_streams = 0;
+    if (loom_cli_parse_ids(streams_s, &streams, &n_streams) != 0)
+        return 2;
+    for (int32_t i = 0; i < n_streams; i++)
+        if (streams[i] < 1 || streams[i] > 4096) {
+            fprintf(stderr, "loom bench: --streams: %d is not in [1, 4096]\n",
+                    streams[i]);
+            free(streams);
+            return 2;
+        }
+
+    loom_engine_params ep;
+    loom_cli_engine_params(&o, model, &ep);
+    /* rows a round: every stream's decode row plus room for prompts */
+    int32_t most = 1;
+    for (int32_t i = 0; i < n_streams; i++)
+        if (streams[i] > most)
+            most = streams[i];
+    ep.max_rows = most + 1 > 512 ? most + 1 : 512;
+    loom_engine *e = NULL;
+    loom_err err = {{0}};
+    if (loom_engine_open(&ep, &e, &err) != LOOM_OK) {
+        fprintf(stderr, "loom bench: %s\n", err.msg);
+        free(streams);
+        return 1;
+    }
+    if (e->info.max_context > 0 && n_prompt + n_gen > e->info.max_context) {
+        fprintf(stderr,
+                "loom bench: --prompt %lld + --gen %lld exceeds the context "
+                "of %lld\n",
+                (long long)n_prompt, (long long)n_gen,
+                (long long)e->info.max_context);
+        loom_engine_close(e);
+        free(streams);
+        return 2;
+    }
+    uint64_t wbytes = weight_bytes(e);
+    int rc = 0;
+    for (int32_t i = 0; i < n_streams && rc == 0; i++)
+        rc = bench_one(e, streams[i], (int32_t)n_prompt, (int32_t)n_gen,
+                       (uint64_t)seed + (uint64_t)i, wbytes);
+    loom_engine_close(e);
+    free(streams);
+    return rc;
+}

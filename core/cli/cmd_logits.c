@@ -1,0 +1,142 @@
+/* `loom logits MODEL --ids 1,2,3 --out FILE.f32`: one forward over the ids as
+ * a single prompt; writes float32 [T, vocab] little-endian (the format of the
+ * reference fixtures' logits.f32), for checking a model against a reference. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_common.h"
+#include "commands.h"
+
+static void help(FILE *out)
+{
+    fprintf(out,
+            "usage: loom logits MODEL --ids 1,2,3 --out FILE.f32 [options]\n\n"
+            "Runs one forward over the ids as a single prompt and writes the "
+            "logits at\nevery position as little-endian float32 [T, vocab].\n\n"
+            "  --ids LIST          comma-separated token ids (required)\n"
+            "  --out FILE          output file (required)\n");
+    loom_cli_model_opts_help(out);
+}
+
+/* The prompt's rows, fed in chunks of at most max_rows; every row asks for
+ * its logits, which land in order in `logits`. */
+static int run_prompt(loom_engine *e, const int32_t *ids, int32_t n,
+                      float *logits)
+{
+    loom_err err = {{0}};
+    loom_cache *cache = NULL;
+    if (e->family->cache_new(e->model, &cache, &err) != LOOM_OK) {
+        fprintf(stderr, "loom logits: %s\n", err.msg);
+        return 1;
+    }
+    int32_t chunk = e->info.max_rows > 0 ? e->info.max_rows : 512;
+    loom_row *rows = calloc((size_t)chunk, sizeof *rows);
+    if (!rows) {
+        e->family->cache_free(e->model, cache);
+        fprintf(stderr, "loom logits: out of memory\n");
+        return 1;
+    }
+    int rc = 0;
+    for (int32_t p = 0; p < n && rc == 0; p += chunk) {
+        int32_t k = n - p < chunk ? n - p : chunk;
+        for (int32_t i = 0; i < k; i++)
+            rows[i] = (loom_row){cache, ids[p + i], p + i, -1, LOOM_ROW_LOGITS};
+        loom_round round = {rows, k};
+        loom_output out = {logits + (size_t)p * (size_t)e->info.vocab, NULL};
+        if (e->family->forward(e->model, &round, &out, &err) != LOOM_OK) {
+            fprintf(stderr, "loom logits: %s\n", err.msg);
+            rc = 1;
+        }
+    }
+    free(rows);
+    e->family->cache_free(e->model, cache);
+    return rc;
+}
+
+int loom_cmd_logits(int argc, char **argv)
+{
+    loom_cli_model_opts o;
+    memset(&o, 0, sizeof o);
+    const char *model = NULL, *ids_s = NULL, *out_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            help(stdout);
+            return 0;
+        }
+        if ((!strcmp(argv[i], "--ids") || !strcmp(argv[i], "--out")) &&
+            i + 1 >= argc) {
+            fprintf(stderr, "loom logits: %s needs a value\n", argv[i]);
+            return 2;
+        }
+        if (!strcmp(argv[i], "--ids")) {
+            ids_s = argv[++i];
+            continue;
+        }
+        if (!strcmp(argv[i], "--out")) {
+            out_path = argv[++i];
+            continue;
+        }
+        int r = loom_cli_model_opt(&o, argc, argv, &i);
+        if (r < 0)
+            return 2;
+        if (r == 1)
+            continue;
+        if (argv[i][0] == '-' || model) {
+            fprintf(stderr, "loom logits: unexpected argument '%s'\n", argv[i]);
+            help(stderr);
+            return 2;
+        }
+        model = argv[i];
+    }
+    if (!model || !ids_s || !out_path) {
+        help(stderr);
+        return 2;
+    }
+    int32_t *ids = NULL, n = 0;
+    if (loom_cli_parse_ids(ids_s, &ids, &n) != 0)
+        return 2;
+    if (n == 0) {
+        fprintf(stderr, "loom logits: --ids is empty\n");
+        free(ids);
+        return 2;
+    }
+
+    loom_engine_params p;
+    loom_cli_engine_params(&o, model, &p);
+    loom_engine *e = NULL;
+    loom_err err = {{0}};
+    if (loom_engine_open(&p, &e, &err) != LOOM_OK) {
+        fprintf(stderr, "loom logits: %s\n", err.msg);
+        free(ids);
+        return 1;
+    }
+    int rc = 0;
+    size_t count = (size_t)n * (size_t)e->info.vocab;
+    float *logits = malloc(count * sizeof *logits);
+    if (!logits) {
+        fprintf(stderr, "loom logits: out of memory for %zu logits\n", count);
+        rc = 1;
+    }
+    if (rc == 0)
+        rc = run_prompt(e, ids, n, logits);
+    if (rc == 0) {
+        /* float32 little-endian: the host order on every supported target */
+        FILE *f = fopen(out_path, "wb");
+        if (!f || fwrite(logits, sizeof *logits, count, f) != count) {
+            fprintf(stderr, "loom logits: cannot write %s\n", out_path);
+            rc = 1;
+        }
+        if (f && fclose(f) != 0 && rc == 0) {
+            fprintf(stderr, "loom logits: cannot write %s\n", out_path);
+            rc = 1;
+        }
+    }
+    if (rc == 0)
+        fprintf(stderr, "loom logits: wrote [%d, %d] float32 to %s\n", n,
+                e->info.vocab, out_path);
+    free(logits);
+    free(ids);
+    loom_engine_close(e);
+    return rc;
+}

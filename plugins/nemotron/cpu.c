@@ -1,0 +1,570 @@
+/* The Nemotron-H forward on the CPU: one round of rows (several streams,
+ * each a run of consecutive positions) through the M / * / - / E blocks, in
+ * float32 with weights converted as host->matmul reads them.
+ *
+ *   h = E[token];  for each layer: h += Mixer(RMSNorm(h));
+ *   logits = lm_head . RMSNorm_f(h)        (only for rows that ask)
+ *
+ * Linear layers run over all rows of the round at once (host->matmul);
+ * what is sequential in time (the conv tail, the SSM scan, K/V appends)
+ * runs per stream in row order, with the SSM scan parallel over
+ * (stream, head) pairs and attention over (row, head) pairs. Every row's
+ * arithmetic depends only on its own stream, so a stream's logits are the
+ * same whatever shares its round. Nothing in a cache changes before every
+ * check and allocation has succeeded. */
+#include "nemotron.h"
+
+#include <loom/cpu_ssm.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fwd {
+    loom_model *m;
+    const loom_host *host;
+    const nem_geometry *g;
+    const loom_row *rows;
+    int32_t n; /* rows */
+
+    /* rows grouped by stream: stream s has rows order[off[s] .. off[s+1]) in
+     * position order; spec[s] is the index (within the stream) of its first
+     * speculative row, or its row count when none */
+    int32_t n_streams;
+    loom_cache **caches;
+    int32_t *off, *order, *spec;
+
+    float *x;       /* [n, H] residual stream */
+    float *xn;      /* [n, H] normed block input */
+    float *mix;     /* [n, H] block output */
+    float *a;       /* [n, wide]: in_proj / q / up / router outputs */
+    float *b;       /* [n, wide2]: conv outputs / k / shared expert */
+    float *c;       /* [n, wide3]: scan outputs / v / attention outputs */
+    float *dt;      /* [n, nh] */
+    float *ex;      /* [n, H + moe_inter + H]: an expert's gathered rows */
+    int32_t *sel;   /* [n, top_k] chosen experts */
+    float *selw;    /* [n, top_k] their weights */
+    int32_t *erows; /* [n] rows that chose the current expert */
+    float *ewts;    /* [n] and their weights for it */
+    float *scores;  /* [n_slots, max_ctx] attention scratch */
+    int64_t max_ctx;
+    int32_t n_slots;
+} fwd;
+
+static int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static void fwd_free(fwd *f)
+{
+    free(f->caches);
+    free(f->off);
+    free(f->order);
+    free(f->spec);
+    free(f->x);
+    free(f->xn);
+    free(f->mix);
+    free(f->a);
+    free(f->b);
+    free(f->c);
+    free(f->dt);
+    free(f->ex);
+    free(f->sel);
+    free(f->selw);
+    free(f->erows);
+    free(f->ewts);
+    free(f->scores);
+}
+
+/* Groups rows by stream and checks positions, flags and limits. */
+static loom_status fwd_plan(fwd *f, const loom_output *out, loom_err *err)
+{
+    const nem_geometry *g = f->g;
+    int32_t n = f->n, n_logits = 0;
+    int32_t *stream_of = malloc((size_t)n * sizeof *stream_of);
+    int32_t *count = calloc((size_t)n + 1, sizeof *count);
+    f->caches = calloc((size_t)n, sizeof *f->caches);
+    f->off = calloc((size_t)n + 1, sizeof *f->off);
+    f->order = malloc((size_t)n * sizeof *f->order);
+    f->spec = malloc((size_t)n * sizeof *f->spec);
+    loom_status rc = LOOM_OK;
+    if (!stream_of || !count || !f->caches || !f->off || !f->order ||
+        !f->spec) {
+        rc = loom_err_set(err, LOOM_ERR_NOMEM, "forward: out of memory");
+        goto done;
+    }
+    for (int32_t r = 0; r < n; r++) {
+        const loom_row *row = &f->rows[r];
+        if (!row->cache) {
+            rc = loom_err_set(err, LOOM_ERR_INVALID,
+                              "forward: row %d has no cache", r);
+            goto done;
+        }
+        if (row->token < 0 || row->token >= g->vocab) {
+            rc = loom_err_set(err, LOOM_ERR_RANGE,
+                              "forward: row %d: token %d is outside the "
+                              "vocabulary (%d)",
+                              r, row->token, g->vocab);
+            goto done;
+        }
+        if (row->parent != -1) {
+            rc = loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                              "forward: row %d: parent %d (trees are not "
+                              "supported; chains only)",
+                              r, row->parent);
+            goto done;
+        }
+        if (row->flags & LOOM_ROW_TAP) {
+            rc = loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                              "forward: row %d asks for taps, which the "
+                              "nemotron plugin does not provide",
+                              r);
+            goto done;
+        }
+        n_logits += (row->flags & LOOM_ROW_LOGITS) != 0;
+        int32_t s = 0;
+        while (s < f->n_streams && f->caches[s] != row->cache)
+            s++;
+        if (s == f->n_streams)
+            f->caches[f->n_streams++] = row->cache;
+        stream_of[r] = s;
+        count[s]++;
+    }
+    if (n_logits && (!out || !out->logits)) {
+        rc = loom_err_set(err, LOOM_ERR_INVALID,
+                          "forward: %d rows ask for logits but the output "
+                          "has no logits buffer",
+                          n_logits);
+        goto done;
+    }
+    for (int32_t s = 0; s < f->n_streams; s++)
+        f->off[s + 1] = f->off[s] + count[s];
+    memset(count, 0, (size_t)n * sizeof *count);
+    for (int32_t r = 0; r < n; r++) {
+        int32_t s = stream_of[r];
+        f->order[f->off[s] + count[s]++] = r;
+    }
+    for (int32_t s = 0; s < f->n_streams; s++) {
+        loom_cache *c = f->caches[s];
+        int32_t len = f->off[s + 1] - f->off[s];
+        f->spec[s] = len;
+        for (int32_t j = 0; j < len; j++) {
+            const loom_row *row = &f->rows[f->order[f->off[s] + j]];
+            if (row->position != c->len + j) {
+                rc = loom_err_set(err, LOOM_ERR_INVALID,
+                                  "forward: row %d: position %d, but its "
+                                  "stream expects %lld",
+                                  f->order[f->off[s] + j], row->position,
+                                  (long long)(c->len + j));
+                goto done;
+            }
+            int is_spec = (row->flags & LOOM_ROW_SPECULATIVE) != 0;
+            if (is_spec && f->spec[s] == len)
+                f->spec[s] = j;
+            else if (!is_spec && f->spec[s] != len) {
+                rc = loom_err_set(err, LOOM_ERR_INVALID,
+                                  "forward: row %d is not speculative but "
+                                  "follows a speculative row of its stream",
+                                  f->order[f->off[s] + j]);
+                goto done;
+            }
+        }
+        if (c->len + len > f->m->max_context) {
+            rc = loom_err_set(err, LOOM_ERR_FULL,
+                              "forward: a stream would reach %lld positions, "
+                              "past the context limit %lld",
+                              (long long)(c->len + len),
+                              (long long)f->m->max_context);
+            goto done;
+        }
+        f->max_ctx = max64(f->max_ctx, c->len + len);
+    }
+done:
+    free(stream_of);
+    free(count);
+    return rc;
+}
+
+static loom_status fwd_alloc(fwd *f, loom_err *err)
+{
+    const nem_geometry *g = f->g;
+    size_t n = (size_t)f->n;
+    int64_t q = (int64_t)g->n_q_heads * g->head_dim;
+    int64_t kv = (int64_t)g->n_kv_heads * g->head_dim;
+    int64_t wa =
+        max64(max64(g->in_proj_dim, q), max64(g->mlp_inter, g->n_experts));
+    int64_t wb = max64(max64(g->conv_dim, kv), g->shared_inter);
+    int64_t wc = max64(max64(g->d_inner, kv), max64(q, g->hidden));
+    f->n_slots = f->host->n_threads(f->host);
+    if (f->n_slots < 1)
+        f->n_slots = 1;
+    f->x = malloc(n * g->hidden * sizeof(float));
+    f->xn = malloc(n * g->hidden * sizeof(float));
+    f->mix = malloc(n * g->hidden * sizeof(float));
+    f->a = malloc(n * (size_t)max64(wa, 1) * sizeof(float));
+    f->b = malloc(n * (size_t)max64(wb, 1) * sizeof(float));
+    f->c = malloc(n * (size_t)max64(wc, 1) * sizeof(float));
+    f->dt = malloc(n * (size_t)max64(g->m_heads, 1) * sizeof(float));
+    f->ex = malloc(n * (size_t)(2 * g->hidden + g->moe_inter) * sizeof(float));
+    f->sel = malloc(n * (size_t)max64(g->top_k, 1) * sizeof(int32_t));
+    f->selw = malloc(n * (size_t)max64(g->top_k, 1) * sizeof(float));
+    f->erows = malloc(n * sizeof(int32_t));
+    f->ewts = malloc(n * sizeof(float));
+    f->scores = malloc((size_t)f->n_slots * (size_t)max64(f->max_ctx, 1) *
+                       sizeof(float));
+    if (!f->x || !f->xn || !f->mix || !f->a || !f->b || !f->c || !f->dt ||
+        !f->ex || !f->sel || !f->selw || !f->erows || !f->ewts || !f->scores)
+        return loom_err_set(err, LOOM_ERR_NOMEM,
+                            "forward: out of memory for %d rows", f->n);
+    return LOOM_OK;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static void add_bias(float *y, const float *bias, int32_t n, int64_t width)
+{
+    if (!bias)
+        return;
+    for (int32_t r = 0; r < n; r++)
+        loom_cpu_add(y + r * width, bias, width);
+}
+
+/* ---------------------------------------------------------------- Mamba-2 */
+
+/* dt = softplus(dt + dt_bias) with no clamp, as the mamba_ssm kernels, vLLM
+ * and ggml do; transformers' pure-torch path also clamps dt below at
+ * time_step_min (1e-3), which only matters for dt + dt_bias < -6.9. */
+
+struct scan_job {
+    fwd *f;
+    const nem_layer *L;
+};
+
+/* Items are (stream, head) pairs: the head's state runs through the
+ * stream's rows in order. */
+static void LOOM_ABI scan_heads(void *ctx, int64_t begin, int64_t end)
+{
+    const struct scan_job *j = ctx;
+    fwd *f = j->f;
+    const nem_geometry *g = f->g;
+    const nem_layer *L = j->L;
+    int64_t nh = g->m_heads, P = g->m_head_dim, N = g->ssm_state;
+    int64_t per_group = nh / g->n_groups;
+    size_t hs = (size_t)(P * N);
+    for (int64_t it = begin; it < end; it++) {
+        int64_t s = it / nh, h = it % nh, grp = h / per_group;
+        nem_mamba_state *st = &f->caches[s]->mamba[L->slot];
+        float *state = st->ssm + h * hs;
+        int32_t len = f->off[s + 1] - f->off[s];
+        for (int32_t k = 0; k < len; k++) {
+            int32_t r = f->order[f->off[s] + k];
+            if (k == f->spec[s])
+                memcpy(st->snap_ssm + h * hs, state, hs * sizeof(float));
+            const float *xbc = f->b + (size_t)r * g->conv_dim;
+            loom_cpu_ssm_step(state, xbc + h * P, xbc + g->d_inner + grp * N,
+                              xbc + g->d_inner + (g->n_groups + grp) * N,
+                              f->dt[(size_t)r * nh + h], L->A[h], L->D[h],
+                              f->c + (size_t)r * g->d_inner + h * P, P, N);
+        }
+    }
+}
+
+static void mamba_block(fwd *f, const nem_layer *L)
+{
+    const nem_geometry *g = f->g;
+    const loom_host *host = f->host;
+    int64_t W = g->in_proj_dim, cd = g->conv_dim, nh = g->m_heads;
+    host->matmul(host, &L->in_proj, f->xn, f->a, f->n);
+    add_bias(f->a, L->in_bias, f->n, W);
+
+    /* conv and dt, per stream in row order (the tail is sequential) */
+    for (int32_t s = 0; s < f->n_streams; s++) {
+        nem_mamba_state *st = &f->caches[s]->mamba[L->slot];
+        int32_t len = f->off[s + 1] - f->off[s];
+        for (int32_t k = 0; k < len; k++) {
+            int32_t r = f->order[f->off[s] + k];
+            const float *zx = f->a + (size_t)r * W;
+            const float *xBC = zx + g->d_inner;
+            const float *dtr = xBC + cd;
+            float *conv = f->b + (size_t)r * cd;
+            float *dt = f->dt + (size_t)r * nh;
+            int32_t sp = k - f->spec[s]; /* >= 0: speculative row sp */
+            if (sp == 0)
+                memcpy(st->snap_tail, st->tail,
+                       (size_t)(g->conv_kernel - 1) * cd * sizeof(float));
+            if (sp >= 0)
+                memcpy(st->log_in + (size_t)sp * cd, xBC, cd * sizeof(float));
+            loom_cpu_conv_step(conv, xBC, st->tail, L->conv_w, L->conv_b, cd,
+                               g->conv_kernel);
+            loom_cpu_silu_inplace(conv, cd);
+            for (int64_t h = 0; h < nh; h++)
+                dt[h] = loom_cpu_softplus(dtr[h] + L->dt_bias[h]);
+            if (sp >= 0) {
+                memcpy(st->log_xbc + (size_t)sp * cd, conv, cd * sizeof(float));
+                memcpy(st->log_dt + (size_t)sp * nh, dt, nh * sizeof(float));
+            }
+        }
+    }
+
+    struct scan_job job = {f, L};
+    host->parallel_for(host, (int64_t)f->n_streams * nh, scan_heads, &job);
+
+    /* y * silu(z), then RMS over each of the n_groups groups */
+    for (int32_t r = 0; r < f->n; r++) {
+        float *y = f->c + (size_t)r * g->d_inner;
+        loom_cpu_rmsnorm_group_gated(y, y, f->a + (size_t)r * W, L->gnorm,
+                                     g->d_inner, g->d_inner / g->n_groups,
+                                     g->eps);
+    }
+    host->matmul(host, &L->out_proj, f->c, f->mix, f->n);
+    add_bias(f->mix, L->out_bias, f->n, g->hidden);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+struct attn_job {
+    fwd *f;
+    const nem_layer *L;
+    float scale;
+};
+
+/* Items are split over n_slots slots so each slot owns one scores row;
+ * an item is a (row, query head) pair. */
+static void LOOM_ABI attend_slots(void *ctx, int64_t s0, int64_t s1)
+{
+    const struct attn_job *j = ctx;
+    fwd *f = j->f;
+    const nem_geometry *g = f->g;
+    int64_t nq = g->n_q_heads, hd = g->head_dim;
+    int64_t group = nq / g->n_kv_heads, q_w = nq * hd;
+    int64_t total = (int64_t)f->n * nq;
+    for (int64_t slot = s0; slot < s1; slot++) {
+        float *scores = f->scores + slot * max64(f->max_ctx, 1);
+        int64_t i0 = total * slot / f->n_slots;
+        int64_t i1 = total * (slot + 1) / f->n_slots;
+        for (int64_t it = i0; it < i1; it++) {
+            int64_t r = it / nq, h = it % nq;
+            const loom_row *row = &f->rows[r];
+            const loom_cpu_kv *kv = &row->cache->kv[j->L->slot];
+            loom_cpu_attend_head(
+                f->c + r * q_w + h * hd, f->a + r * q_w + h * hd,
+                kv->k + (h / group) * hd, kv->v + (h / group) * hd,
+                (int64_t)row->position + 1, kv->width, hd, j->scale, scores);
+        }
+    }
+}
+
+static void attention_block(fwd *f, const nem_layer *L)
+{
+    const nem_geometry *g = f->g;
+    const loom_host *host = f->host;
+    int64_t kvw = (int64_t)g->n_kv_heads * g->head_dim;
+    host->matmul(host, &L->wq, f->xn, f->a, f->n);
+    host->matmul(host, &L->wk, f->xn, f->b, f->n);
+    host->matmul(host, &L->wv, f->xn, f->c, f->n);
+    /* no positional encoding: K/V go in as they are */
+    for (int32_t r = 0; r < f->n; r++)
+        loom_cpu_kv_put(&f->rows[r].cache->kv[L->slot], f->rows[r].position,
+                        f->b + r * kvw, f->c + r * kvw);
+    struct attn_job job = {f, L, (float)(1.0 / sqrt((double)g->head_dim))};
+    host->parallel_for(host, f->n_slots, attend_slots, &job);
+    host->matmul(host, &L->wo, f->c, f->mix, f->n);
+}
+
+/* ---------------------------------------------------------------- MLP */
+
+static void mlp_block(fwd *f, const nem_layer *L)
+{
+    const nem_geometry *g = f->g;
+    f->host->matmul(f->host, &L->up, f->xn, f->a, f->n);
+    loom_cpu_relu2_inplace(f->a, (int64_t)f->n * g->mlp_inter);
+    f->host->matmul(f->host, &L->down, f->a, f->mix, f->n);
+}
+
+/* ---------------------------------------------------------------- MoE */
+
+/* Picks row r's experts: sigmoid scores, plus the correction bias for the
+ * choice only; group-limited (best topk_group groups by the sum of their two
+ * best choices) and then the top_k; ties go to the lower index. The weights
+ * are the plain sigmoid scores, normalised and scaled. */
+static void route(const nem_geometry *g, const float *logits, const float *bias,
+                  int32_t *sel, float *w)
+{
+    int32_t E = g->n_experts, per = E / g->n_group;
+    float score[E], choice[E];
+    unsigned char allowed[E];
+    for (int32_t e = 0; e < E; e++) {
+        score[e] = loom_cpu_sigmoid(logits[e]);
+        choice[e] = score[e] + bias[e];
+        allowed[e] = 1;
+    }
+    if (g->n_group > 1 && g->topk_group < g->n_group) {
+        float gs[g->n_group];
+        unsigned char keep[g->n_group];
+        for (int32_t k = 0; k < g->n_group; k++) {
+            float b1 = -INFINITY, b2 = -INFINITY;
+            for (int32_t e = k * per; e < (k + 1) * per; e++) {
+                if (choice[e] > b1) {
+                    b2 = b1;
+                    b1 = choice[e];
+                } else if (choice[e] > b2) {
+                    b2 = choice[e];
+                }
+            }
+            gs[k] = b1 + b2;
+            keep[k] = 0;
+        }
+        for (int32_t t = 0; t < g->topk_group; t++) {
+            int32_t best = -1;
+            for (int32_t k = 0; k < g->n_group; k++)
+                if (!keep[k] && (best < 0 || gs[k] > gs[best]))
+                    best = k;
+            keep[best] = 1;
+        }
+        for (int32_t e = 0; e < E; e++)
+            allowed[e] = keep[e / per];
+    }
+    double sum = 0.0;
+    for (int32_t t = 0; t < g->top_k; t++) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < E; e++)
+            if (allowed[e] && (best < 0 || choice[e] > choice[best]))
+                best = e;
+        allowed[best] = 0;
+        sel[t] = best;
+        w[t] = score[best];
+        sum += w[t];
+    }
+    float denom = (float)sum + 1e-20f;
+    for (int32_t t = 0; t < g->top_k; t++) {
+        if (g->norm_topk)
+            w[t] /= denom;
+        w[t] *= g->routed_scale;
+    }
+}
+
+static void moe_block(fwd *f, const nem_layer *L)
+{
+    const nem_geometry *g = f->g;
+    const loom_host *host = f->host;
+    int64_t H = g->hidden, K = g->top_k;
+    /* the router in float32 (transformers casts it up, too) */
+    host->matmul(host, &L->router, f->xn, f->a, f->n);
+    for (int32_t r = 0; r < f->n; r++)
+        route(g, f->a + (size_t)r * g->n_experts, L->score_bias, f->sel + r * K,
+              f->selw + r * K);
+
+    /* routed experts, each over the rows that chose it, summed in expert
+     * order as transformers accumulates them */
+    memset(f->mix, 0, (size_t)f->n * H * sizeof(float));
+    float *xg = f->ex;
+    float *hg = xg + (size_t)f->n * H;
+    float *og = hg + (size_t)f->n * g->moe_inter;
+    int32_t *rows = f->erows;
+    float *wts = f->ewts;
+    for (int32_t e = 0; e < g->n_experts; e++) {
+        int32_t cnt = 0;
+        for (int32_t r = 0; r < f->n; r++)
+            for (int64_t t = 0; t < K; t++)
+                if (f->sel[r * K + t] == e) {
+                    rows[cnt] = r;
+                    wts[cnt] = f->selw[r * K + t];
+                    memcpy(xg + (size_t)cnt * H, f->xn + (size_t)r * H,
+                           (size_t)H * sizeof(float));
+                    cnt++;
+                }
+        if (!cnt)
+            continue;
+        host->matmul(host, &L->ex_up[e], xg, hg, cnt);
+        loom_cpu_relu2_inplace(hg, (int64_t)cnt * g->moe_inter);
+        host->matmul(host, &L->ex_down[e], hg, og, cnt);
+        for (int32_t i = 0; i < cnt; i++)
+            loom_cpu_axpy(f->mix + (size_t)rows[i] * H, wts[i],
+                          og + (size_t)i * H, H);
+    }
+    /* plus the shared expert */
+    host->matmul(host, &L->up, f->xn, f->b, f->n);
+    loom_cpu_relu2_inplace(f->b, (int64_t)f->n * g->shared_inter);
+    host->matmul(host, &L->down, f->b, f->c, f->n);
+    loom_cpu_add(f->mix, f->c, (int64_t)f->n * H);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+loom_status nem_forward(loom_model *m, const loom_round *round,
+                        const loom_output *out, loom_err *err)
+{
+    if (!round || round->n_rows <= 0)
+        return LOOM_OK;
+    if (!round->rows)
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "forward: %d rows but no row array",
+                            round->n_rows);
+    if (round->n_rows > m->max_rows)
+        return loom_err_set(err, LOOM_ERR_RANGE,
+                            "forward: %d rows, more than max_rows = %d",
+                            round->n_rows, m->max_rows);
+    const nem_geometry *g = &m->g;
+    fwd f = {.m = m,
+             .host = m->host,
+             .g = g,
+             .rows = round->rows,
+             .n = round->n_rows};
+    loom_status rc = fwd_plan(&f, out, err);
+    if (rc == LOOM_OK)
+        rc = fwd_alloc(&f, err);
+    for (int32_t s = 0; rc == LOOM_OK && s < f.n_streams; s++) {
+        int32_t len = f.off[s + 1] - f.off[s];
+        rc = nem_cache_reserve(m, f.caches[s], len, len - f.spec[s], err);
+    }
+    if (rc != LOOM_OK) {
+        fwd_free(&f);
+        return rc;
+    }
+
+    /* from here on nothing fails */
+    int64_t H = g->hidden;
+    for (int32_t r = 0; r < f.n; r++)
+        f.host->weight_row(&m->embed, f.rows[r].token, f.x + (size_t)r * H);
+    for (int32_t i = 0; i < g->n_layers; i++) {
+        const nem_layer *L = &m->layers[i];
+        for (int32_t r = 0; r < f.n; r++)
+            loom_cpu_rmsnorm(f.xn + (size_t)r * H, f.x + (size_t)r * H, L->norm,
+                             H, g->eps);
+        switch (L->kind) {
+        case NEM_MAMBA:
+            mamba_block(&f, L);
+            break;
+        case NEM_ATTN:
+            attention_block(&f, L);
+            break;
+        case NEM_MLP:
+            mlp_block(&f, L);
+            break;
+        default:
+            moe_block(&f, L);
+            break;
+        }
+        loom_cpu_add(f.x, f.mix, (int64_t)f.n * H);
+    }
+
+    /* the final norm and the head, only for the rows that ask */
+    int32_t k = 0;
+    for (int32_t r = 0; r < f.n; r++)
+        if (f.rows[r].flags & LOOM_ROW_LOGITS)
+            loom_cpu_rmsnorm(f.xn + (size_t)(k++) * H, f.x + (size_t)r * H,
+                             m->norm_f, H, g->eps);
+    if (k)
+        f.host->matmul(f.host, &m->lm_head, f.xn, out->logits, k);
+
+    for (int32_t s = 0; s < f.n_streams; s++) {
+        loom_cache *c = f.caches[s];
+        int32_t len = f.off[s + 1] - f.off[s];
+        c->len += len;
+        c->n_spec = len - f.spec[s];
+    }
+    fwd_free(&f);
+    return LOOM_OK;
+}

@@ -1,0 +1,482 @@
+/* The float32 CPU forward of Qwen3.5 / Qwen3-Next over a round of rows
+ * (docs/specs/qwen35.md section 2): rows of several streams, each stream's
+ * rows in position order. Linear layers run over all rows of the round at
+ * once through host->matmul; what is sequential in a stream (the conv tail,
+ * the delta-rule recurrence) runs per stream, in parallel across streams and
+ * value heads; attention runs in parallel across (row, head). */
+#include "qwen35.h"
+
+#include <stdlib.h>
+
+/* ---------------------------------------------------------------- scratch */
+
+void q35_scratch_free(q35_scratch *s)
+{
+    free(s->h);
+    free(s->xn);
+    free(s->proj);
+    free(s->big0);
+    free(s->big1);
+    free(s->big2);
+    free(s->conv_out);
+    free(s->o);
+    free(s->z);
+    free(s->b);
+    free(s->a);
+    free(s->decay);
+    free(s->beta);
+    free(s->moe_prob);
+    memset(s, 0, sizeof *s);
+}
+
+static int64_t q35_max(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* Grows the activation buffers to `rows` rows (grow-only). */
+static loom_status q35_scratch_reserve(loom_model *m, int64_t rows,
+                                       loom_err *err)
+{
+    q35_scratch *s = &m->s;
+    if (rows <= s->rows)
+        return LOOM_OK;
+    const q35_geometry *g = &m->g;
+    int64_t kd = q35_key_dim(g), vd = q35_value_dim(g);
+    int64_t big = q35_max(2 * g->n_heads * g->head_dim, q35_conv_dim(g));
+    big = q35_max(big, 2 * kd + 2 * vd);
+    big = q35_max(big, g->ffn);
+    big = q35_max(big, g->n_kv_heads * g->head_dim);
+    int64_t ow = q35_max(vd, g->n_heads * g->head_dim);
+    q35_scratch n = {0};
+    size_t r = (size_t)rows, f = sizeof(float);
+    n.rows = rows;
+    n.big = big;
+    n.h = malloc(r * (size_t)g->hidden * f);
+    n.xn = malloc(r * (size_t)g->hidden * f);
+    n.proj = malloc(r * (size_t)g->hidden * f);
+    n.big0 = malloc(r * (size_t)big * f);
+    n.big1 = malloc(r * (size_t)big * f);
+    n.big2 = malloc(r * (size_t)big * f);
+    n.conv_out = malloc(r * (size_t)q35_conv_dim(g) * f);
+    n.o = malloc(r * (size_t)ow * f);
+    n.z = malloc(r * (size_t)vd * f);
+    n.b = malloc(r * (size_t)g->lin_v_heads * f);
+    n.a = malloc(r * (size_t)g->lin_v_heads * f);
+    n.decay = malloc(r * (size_t)g->lin_v_heads * f);
+    n.beta = malloc(r * (size_t)g->lin_v_heads * f);
+    if (!n.h || !n.xn || !n.proj || !n.big0 || !n.big1 || !n.big2 ||
+        !n.conv_out || !n.o || !n.z || !n.b || !n.a || !n.decay || !n.beta) {
+        q35_scratch_free(&n);
+        return loom_err_set(err, LOOM_ERR_NOMEM,
+                            "qwen35: no memory for %lld rows of activations",
+                            (long long)rows);
+    }
+    q35_scratch_free(s);
+    *s = n;
+    return LOOM_OK;
+}
+
+/* ---------------------------------------------------------------- rounds */
+
+/* Groups the round's rows by cache and checks them; changes nothing. */
+static loom_status q35_plan(loom_model *m, const loom_round *round,
+                            int32_t *n_streams, loom_err *err)
+{
+    int32_t n = round->n_rows;
+    if (n > m->streams_cap) {
+        q35_stream *st = malloc((size_t)n * sizeof *st);
+        int32_t *sr = malloc((size_t)n * sizeof *sr);
+        if (!st || !sr) {
+            free(st);
+            free(sr);
+            return loom_err_set(err, LOOM_ERR_NOMEM, "qwen35: no memory");
+        }
+        free(m->streams);
+        free(m->stream_rows);
+        m->streams = st;
+        m->stream_rows = sr;
+        m->streams_cap = n;
+    }
+    int32_t ns = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const loom_row *r = &round->rows[i];
+        if (!r->cache)
+            return loom_err_set(err, LOOM_ERR_INVALID,
+                                "qwen35 forward: row %d has no cache", i);
+        if (r->token < 0 || r->token >= m->g.vocab)
+            return loom_err_set(err, LOOM_ERR_RANGE,
+                                "qwen35 forward: row %d token %d is outside "
+                                "the vocabulary of %lld",
+                                i, r->token, (long long)m->g.vocab);
+        if (r->parent != -1)
+            return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                                "qwen35 forward: row %d has parent %d; trees "
+                                "are not supported",
+                                i, r->parent);
+        int32_t s = 0;
+        while (s < ns && m->streams[s].cache != r->cache)
+            s++;
+        if (s == ns) {
+            m->streams[ns++] =
+                (q35_stream){r->cache, 0, 0, -1, 0, r->cache->len};
+        }
+        m->streams[s].count++;
+    }
+    /* lay the rows out stream by stream, keeping round order */
+    int32_t off = 0;
+    for (int32_t s = 0; s < ns; s++) {
+        m->streams[s].first = off;
+        off += m->streams[s].count;
+        m->streams[s].count = 0;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const loom_row *r = &round->rows[i];
+        int32_t s = 0;
+        while (m->streams[s].cache != r->cache)
+            s++;
+        q35_stream *st = &m->streams[s];
+        int32_t k = st->count++;
+        m->stream_rows[st->first + k] = i;
+        if (r->position != st->len0 + k)
+            return loom_err_set(err, LOOM_ERR_INVALID,
+                                "qwen35 forward: row %d has position %d, "
+                                "but its stream is at %lld",
+                                i, r->position, (long long)(st->len0 + k));
+        int spec = (r->flags & LOOM_ROW_SPECULATIVE) != 0;
+        if (spec && st->first_spec < 0)
+            st->first_spec = k;
+        if (!spec && st->first_spec >= 0)
+            return loom_err_set(err, LOOM_ERR_INVALID,
+                                "qwen35 forward: row %d is not speculative "
+                                "but follows a speculative row of its "
+                                "stream",
+                                i);
+    }
+    *n_streams = ns;
+    return LOOM_OK;
+}
+
+/* ---------------------------------------------------------------- attention */
+
+typedef struct q35_attn_job {
+    const loom_model *m;
+    const loom_round *round;
+    int slot;
+    const float *qg; /* [T, 2*nh*hd]: per head [q | gate] */
+    float *o;        /* [T, nh*hd] */
+} q35_attn_job;
+
+static void LOOM_ABI q35_attn_task(void *ctx, int64_t begin, int64_t end)
+{
+    const q35_attn_job *j = ctx;
+    const q35_geometry *g = &j->m->g;
+    int64_t nh = g->n_heads, hd = g->head_dim;
+    int64_t group = nh / g->n_kv_heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t i = begin; i < end; i++) {
+        int64_t t = i / nh, h = i % nh;
+        const loom_row *r = &j->round->rows[t];
+        const loom_cpu_kv *kv = &r->cache->kv[j->slot];
+        const float *q = j->qg + t * 2 * nh * hd + h * 2 * hd;
+        float *o = j->o + t * nh * hd + h * hd;
+        int64_t kvh = h / group;
+        loom_cpu_attend_head_blocked(o, q, kv->k + kvh * hd, kv->v + kvh * hd,
+                                     (int64_t)r->position + 1, kv->width, hd,
+                                     scale);
+        /* output gate: o *= sigmoid(gate) */
+        const float *gate = q + hd;
+        for (int64_t d = 0; d < hd; d++)
+            o[d] *= loom_cpu_sigmoid(gate[d]);
+    }
+}
+
+static void q35_attention(loom_model *m, const loom_round *round,
+                          const q35_layer *L, int slot)
+{
+    const loom_host *host = m->host;
+    const q35_geometry *g = &m->g;
+    q35_scratch *s = &m->s;
+    int64_t T = round->n_rows, nh = g->n_heads, nkv = g->n_kv_heads;
+    int64_t hd = g->head_dim;
+    float eps = (float)g->eps;
+    host->matmul(host, &L->q_proj, s->xn, s->big0, T);
+    host->matmul(host, &L->k_proj, s->xn, s->big1, T);
+    host->matmul(host, &L->v_proj, s->xn, s->big2, T);
+    for (int64_t t = 0; t < T; t++) {
+        const loom_row *r = &round->rows[t];
+        float *qg = s->big0 + t * 2 * nh * hd;
+        float *k = s->big1 + t * nkv * hd;
+        for (int64_t h = 0; h < nh; h++) {
+            float *q = qg + h * 2 * hd;
+            loom_cpu_rmsnorm(q, q, L->q_norm, hd, eps);
+            loom_cpu_rope_neox(q, 1, hd, g->rot_dim, m->inv_freq, r->position);
+        }
+        for (int64_t h = 0; h < nkv; h++)
+            loom_cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, eps);
+        loom_cpu_rope_neox(k, nkv, hd, g->rot_dim, m->inv_freq, r->position);
+        /* every row's K/V first: later rows of a stream attend to earlier */
+        loom_cpu_kv_put(&r->cache->kv[slot], r->position, k,
+                        s->big2 + t * nkv * hd);
+    }
+    q35_attn_job job = {m, round, slot, s->big0, s->o};
+    host->parallel_for(host, T * nh, q35_attn_task, &job);
+    host->matmul(host, &L->o_proj, s->o, s->proj, T);
+}
+
+/* ---------------------------------------------------------------- GDN */
+
+typedef struct q35_gdn_job {
+    loom_model *m;
+    const loom_round *round;
+    const q35_layer *L;
+    int slot;
+} q35_gdn_job;
+
+/* Per stream, rows in order: snapshot + log for speculation, the causal
+ * conv over the tail, SiLU, l2-normalised q and k, beta and the decay. */
+static void LOOM_ABI q35_gdn_conv_task(void *ctx, int64_t begin, int64_t end)
+{
+    const q35_gdn_job *j = ctx;
+    loom_model *m = j->m;
+    const q35_geometry *g = &m->g;
+    q35_scratch *s = &m->s;
+    int64_t cd = q35_conv_dim(g), kd = q35_key_dim(g), vd = q35_value_dim(g);
+    int64_t Hk = g->lin_k_heads, Hv = g->lin_v_heads, dk = g->lin_dk;
+    int64_t tail = (g->conv_kernel - 1) * cd;
+    float qscale = 1.0f / sqrtf((float)dk);
+    for (int64_t si = begin; si < end; si++) {
+        const q35_stream *st = &m->streams[si];
+        loom_cache *c = st->cache;
+        float *tl = c->conv + (size_t)j->slot * (size_t)tail;
+        for (int32_t k = 0; k < st->count; k++) {
+            int64_t t = m->stream_rows[st->first + k];
+            const float *x = s->big0 + t * cd;
+            float *y = s->conv_out + t * cd;
+            float *log = NULL;
+            if (st->first_spec >= 0 && k >= st->first_spec) {
+                if (k == st->first_spec && st->spec_base == 0) {
+                    /* the state's snapshot is taken per head by
+                     * q35_gdn_rec_task, after the plain rows before it */
+                    memcpy(c->snap_conv + (size_t)j->slot * (size_t)tail, tl,
+                           (size_t)tail * sizeof(float));
+                }
+                log = q35_cache_log(m, c, st->spec_base + k - st->first_spec,
+                                    j->slot);
+                memcpy(log + m->log.conv, x, (size_t)cd * sizeof(float));
+            }
+            loom_cpu_conv_step(y, x, tl, j->L->conv_w, NULL, cd,
+                               g->conv_kernel);
+            loom_cpu_silu_inplace(y, cd);
+            for (int64_t h = 0; h < Hk; h++) {
+                loom_cpu_l2norm(y + h * dk, dk, 1e-6f);
+                loom_cpu_scale(y + h * dk, qscale, dk);
+                loom_cpu_l2norm(y + kd + h * dk, dk, 1e-6f);
+            }
+            for (int64_t h = 0; h < Hv; h++) {
+                float a = s->a[t * Hv + h] + j->L->dt_bias[h];
+                s->decay[t * Hv + h] =
+                    expf(j->L->neg_a[h] * loom_cpu_softplus(a));
+                s->beta[t * Hv + h] = loom_cpu_sigmoid(s->b[t * Hv + h]);
+            }
+            if (log) {
+                memcpy(log + m->log.k, y + kd, (size_t)kd * sizeof(float));
+                memcpy(log + m->log.v, y + 2 * kd, (size_t)vd * sizeof(float));
+                memcpy(log + m->log.decay, s->decay + t * Hv,
+                       (size_t)Hv * sizeof(float));
+                memcpy(log + m->log.beta, s->beta + t * Hv,
+                       (size_t)Hv * sizeof(float));
+            }
+        }
+    }
+}
+
+/* Per (stream, value head), rows in order: the delta rule, then the gated
+ * RMSNorm of that head's output. */
+static void LOOM_ABI q35_gdn_rec_task(void *ctx, int64_t begin, int64_t end)
+{
+    const q35_gdn_job *j = ctx;
+    loom_model *m = j->m;
+    const q35_geometry *g = &m->g;
+    q35_scratch *s = &m->s;
+    int64_t cd = q35_conv_dim(g), kd = q35_key_dim(g), vd = q35_value_dim(g);
+    int64_t Hv = g->lin_v_heads, dk = g->lin_dk, dv = g->lin_dv;
+    int64_t group = Hv / g->lin_k_heads;
+    int64_t sf = Hv * dk * dv;
+    float tmp[1024];
+    for (int64_t i = begin; i < end; i++) {
+        const q35_stream *st = &m->streams[i / Hv];
+        int64_t h = i % Hv, kh = h / group;
+        size_t off = (size_t)j->slot * (size_t)sf + (size_t)(h * dk * dv);
+        float *S = st->cache->state + off;
+        for (int32_t k = 0; k < st->count; k++) {
+            int64_t t = m->stream_rows[st->first + k];
+            if (k == st->first_spec && st->spec_base == 0)
+                memcpy(st->cache->snap_state + off, S,
+                       (size_t)(dk * dv) * sizeof(float));
+            const float *y = s->conv_out + t * cd;
+            float *o = s->o + t * vd + h * dv;
+            q35_gdn_step(S, y + kh * dk, y + kd + kh * dk, y + 2 * kd + h * dv,
+                         s->decay[t * Hv + h], s->beta[t * Hv + h], o, dk, dv,
+                         tmp);
+            loom_cpu_rmsnorm_gated(o, o, s->z + t * vd + h * dv, j->L->gnorm,
+                                   dv, (float)g->eps);
+        }
+    }
+}
+
+/* Qwen3-Next's fused projections, grouped by key head, to Qwen3.5's
+ * [Q all | K all | V all], z, b, a (spec 2.7). */
+static void q35_next_split(loom_model *m, int64_t T)
+{
+    const q35_geometry *g = &m->g;
+    q35_scratch *s = &m->s;
+    int64_t Hk = g->lin_k_heads, Hv = g->lin_v_heads, dk = g->lin_dk;
+    int64_t dv = g->lin_dv, r = Hv / Hk;
+    int64_t kd = q35_key_dim(g), vd = q35_value_dim(g), cd = q35_conv_dim(g);
+    int64_t gw = 2 * dk + 2 * r * dv; /* one key head's group in qkvz */
+    size_t f = sizeof(float);
+    for (int64_t t = 0; t < T; t++) {
+        const float *src = s->big1 + t * (2 * kd + 2 * vd);
+        const float *ba = s->big2 + t * 2 * Hv;
+        float *qkv = s->big0 + t * cd;
+        for (int64_t gi = 0; gi < Hk; gi++) {
+            const float *grp = src + gi * gw;
+            memcpy(qkv + gi * dk, grp, (size_t)dk * f);
+            memcpy(qkv + kd + gi * dk, grp + dk, (size_t)dk * f);
+            memcpy(qkv + 2 * kd + gi * r * dv, grp + 2 * dk,
+                   (size_t)(r * dv) * f);
+            memcpy(s->z + t * vd + gi * r * dv, grp + 2 * dk + r * dv,
+                   (size_t)(r * dv) * f);
+            memcpy(s->b + t * Hv + gi * r, ba + gi * 2 * r, (size_t)r * f);
+            memcpy(s->a + t * Hv + gi * r, ba + gi * 2 * r + r, (size_t)r * f);
+        }
+    }
+}
+
+static void q35_gdn(loom_model *m, const loom_round *round, const q35_layer *L,
+                    int slot, int32_t n_streams)
+{
+    const loom_host *host = m->host;
+    q35_scratch *s = &m->s;
+    int64_t T = round->n_rows;
+    if (m->g.variant == Q35_VARIANT_NEXT) {
+        host->matmul(host, &L->in_qkvz, s->xn, s->big1, T);
+        host->matmul(host, &L->in_ba, s->xn, s->big2, T);
+        q35_next_split(m, T);
+    } else {
+        host->matmul(host, &L->in_qkv, s->xn, s->big0, T);
+        host->matmul(host, &L->in_z, s->xn, s->z, T);
+        host->matmul(host, &L->in_b, s->xn, s->b, T);
+        host->matmul(host, &L->in_a, s->xn, s->a, T);
+    }
+    q35_gdn_job job = {m, round, L, slot};
+    host->parallel_for(host, n_streams, q35_gdn_conv_task, &job);
+    host->parallel_for(host, (int64_t)n_streams * m->g.lin_v_heads,
+                       q35_gdn_rec_task, &job);
+    host->matmul(host, &L->out_proj, s->o, s->proj, T);
+}
+
+/* ---------------------------------------------------------------- MLP */
+
+static void q35_mlp(loom_model *m, const q35_layer *L, int64_t T)
+{
+    const loom_host *host = m->host;
+    q35_scratch *s = &m->s;
+    host->matmul(host, &L->gate, s->xn, s->big0, T);
+    host->matmul(host, &L->up, s->xn, s->big1, T);
+    loom_cpu_swiglu(s->big0, s->big1, T * m->g.ffn);
+    host->matmul(host, &L->down, s->big0, s->proj, T);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+static void q35_norm_rows(float *out, const float *x, const float *w, int64_t T,
+                          int64_t n, float eps)
+{
+    for (int64_t t = 0; t < T; t++)
+        loom_cpu_rmsnorm(out + t * n, x + t * n, w, n, eps);
+}
+
+loom_status q35_forward(loom_model *m, const loom_round *round,
+                        const loom_output *out, loom_err *err)
+{
+    const loom_host *host = m->host;
+    const q35_geometry *g = &m->g;
+    int64_t T = round->n_rows, H = g->hidden;
+    float eps = (float)g->eps;
+    if (T <= 0)
+        return LOOM_OK;
+    if (T > m->max_rows)
+        return loom_err_set(err, LOOM_ERR_RANGE,
+                            "qwen35 forward: %lld rows, more than max_rows "
+                            "%d",
+                            (long long)T, m->max_rows);
+    int32_t ns = 0;
+    loom_status st = q35_plan(m, round, &ns, err);
+    if (st == LOOM_OK)
+        st = q35_scratch_reserve(m, T, err);
+    for (int32_t i = 0; st == LOOM_OK && i < ns; i++) {
+        q35_stream *sm = &m->streams[i];
+        int32_t n_spec = sm->first_spec >= 0 ? sm->count - sm->first_spec : 0;
+        st = q35_cache_prepare(m, sm->cache, sm->count, n_spec,
+                               sm->first_spec == 0, err);
+    }
+    if (st != LOOM_OK)
+        return st;
+    int64_t n_logits = 0;
+    for (int64_t t = 0; t < T; t++)
+        n_logits += (round->rows[t].flags & LOOM_ROW_LOGITS) != 0;
+    if (n_logits > 0 && (!out || !out->logits))
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "qwen35 forward: rows ask for logits but the "
+                            "output has no logits buffer");
+
+    /* nothing can fail from here on: the caches start to change */
+    for (int32_t i = 0; i < ns; i++) {
+        q35_stream *sm = &m->streams[i];
+        loom_cache *c = sm->cache;
+        if (sm->first_spec != 0 && c->spec_n > 0) {
+            /* plain rows after an uncommitted window keep all of it */
+            c->spec_n = 0;
+            c->spec_start = -1;
+        }
+        sm->spec_base = sm->first_spec >= 0 ? c->spec_n : 0;
+    }
+
+    q35_scratch *s = &m->s;
+    for (int64_t t = 0; t < T; t++)
+        host->weight_row(&m->w.embed, round->rows[t].token, s->h + t * H);
+    for (int64_t i = 0; i < g->n_layers; i++) {
+        const q35_layer *L = &m->w.layers[i];
+        q35_norm_rows(s->xn, s->h, L->in_norm, T, H, eps);
+        if (L->kind == 'A')
+            q35_attention(m, round, L, m->slot[i]);
+        else
+            q35_gdn(m, round, L, m->slot[i], ns);
+        loom_cpu_add(s->h, s->proj, T * H);
+        q35_norm_rows(s->xn, s->h, L->post_norm, T, H, eps);
+        q35_mlp(m, L, T);
+        loom_cpu_add(s->h, s->proj, T * H);
+    }
+    if (n_logits > 0) {
+        int64_t k = 0;
+        for (int64_t t = 0; t < T; t++)
+            if (round->rows[t].flags & LOOM_ROW_LOGITS)
+                loom_cpu_rmsnorm(s->xn + (k++) * H, s->h + t * H, m->w.norm, H,
+                                 eps);
+        host->matmul(host, &m->w.lm_head, s->xn, out->logits, n_logits);
+    }
+
+    for (int32_t i = 0; i < ns; i++) {
+        q35_stream *sm = &m->streams[i];
+        loom_cache *c = sm->cache;
+        if (sm->first_spec >= 0) {
+            if (sm->spec_base == 0)
+                c->spec_start = sm->len0 + sm->first_spec;
+            c->spec_n = sm->spec_base + (sm->count - sm->first_spec);
+        }
+        c->len = sm->len0 + sm->count;
+    }
+    return LOOM_OK;
+}

@@ -1,0 +1,125 @@
+// A real OpenAI client (the official `openai` npm package) against a running
+// `loom serve`: models, completions, chat completions, streaming of both, and
+// an error. Usage: node openai_client.mjs BASE_URL [API_KEY]
+// Exits 0 when every check passes, 1 otherwise.
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const baseURL = process.argv[2];
+const apiKey = process.argv[3] || 'unused';
+if (!baseURL) {
+  console.error('usage: node openai_client.mjs BASE_URL [API_KEY]');
+  process.exit(2);
+}
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60000 });
+
+let failed = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${name}: ${e && e.stack ? e.stack : e}`);
+  }
+}
+
+const models = await client.models.list();
+const model = models.data[0]?.id;
+
+await check('models.list', async () => {
+  assert.equal(models.data.length, 1);
+  assert.equal(typeof model, 'string');
+  assert.equal(models.data[0].object, 'model');
+});
+
+const prompt = 'In the beginning';
+const greedy = { model, max_tokens: 12, temperature: 0 };
+
+await check('completions (plain and streamed agree)', async () => {
+  const c = await client.completions.create({ ...greedy, prompt });
+  assert.equal(c.object, 'text_completion');
+  assert.equal(c.choices.length, 1);
+  const text = c.choices[0].text;
+  assert.equal(typeof text, 'string');
+  assert.ok(['stop', 'length'].includes(c.choices[0].finish_reason));
+  assert.ok(c.usage.prompt_tokens > 0);
+  assert.ok(c.usage.completion_tokens > 0 && c.usage.completion_tokens <= 12);
+  assert.equal(c.usage.total_tokens, c.usage.prompt_tokens + c.usage.completion_tokens);
+
+  const stream = await client.completions.create({
+    ...greedy, prompt, stream: true, stream_options: { include_usage: true },
+  });
+  let streamed = '';
+  let finish = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const ch of chunk.choices) {
+      streamed += ch.text ?? '';
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
+  }
+  assert.equal(streamed, text);
+  assert.equal(finish, c.choices[0].finish_reason);
+  assert.deepEqual(usage, c.usage);
+});
+
+const messages = [
+  { role: 'system', content: 'You answer briefly.' },
+  { role: 'user', content: 'What was in the beginning?' },
+];
+
+await check('chat.completions (plain and streamed agree)', async () => {
+  const c = await client.chat.completions.create({ ...greedy, messages });
+  assert.equal(c.object, 'chat.completion');
+  const msg = c.choices[0].message;
+  assert.equal(msg.role, 'assistant');
+  assert.equal(typeof msg.content, 'string');
+  assert.ok(['stop', 'length'].includes(c.choices[0].finish_reason));
+  assert.ok(c.usage.prompt_tokens > 0);
+
+  const stream = await client.chat.completions.create({
+    ...greedy, messages, stream: true, stream_options: { include_usage: true },
+  });
+  let streamed = '';
+  let role = null;
+  let finish = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    if (chunk.usage) usage = chunk.usage;
+    for (const ch of chunk.choices) {
+      if (ch.delta.role) role = ch.delta.role;
+      streamed += ch.delta.content ?? '';
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
+  }
+  assert.equal(role, 'assistant');
+  assert.equal(streamed, msg.content);
+  assert.equal(finish, c.choices[0].finish_reason);
+  assert.deepEqual(usage, c.usage);
+});
+
+await check('chat.completions with logprobs', async () => {
+  const c = await client.chat.completions.create({
+    ...greedy, max_tokens: 4, messages, logprobs: true, top_logprobs: 2,
+  });
+  const lp = c.choices[0].logprobs.content;
+  assert.equal(lp.length, c.usage.completion_tokens);
+  for (const t of lp) {
+    assert.ok(t.logprob <= 0);
+    assert.equal(t.top_logprobs.length, 2);
+    assert.ok(Array.isArray(t.bytes));
+  }
+});
+
+await check('a bad request is a BadRequestError (400)', async () => {
+  await assert.rejects(
+    client.completions.create({ model, prompt, max_tokens: 'ten' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 &&
+      e.error?.param === 'max_tokens');
+});
+
+console.log(failed ? `${failed} check(s) failed` : 'all checks passed');
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,326 @@
+/* Chat templates against Hugging Face apply_chat_template renderings
+ * (tokenizer_refs/chat_refs.json, made by tools/make_tokenizer_refs.py),
+ * Jinja semantics worked out by hand, and the error paths. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <loom/chat_template.h>
+
+#include "testutil.h"
+
+static const char *const NAMES[] = {"qwen3", "qwen35-tiny", "qwen35-vl-tiny",
+                                    "nemotron-h-tiny", "kjv-qwen35"};
+static const char *const DIRS[] = {
+    "tokenizers/qwen3", "models/qwen35-tiny", "models/qwen35-vl-tiny",
+    "models/nemotron-h-tiny", "../../models/kjv-qwen35"};
+
+START_TEST(hf_renderings)
+{
+    json_error_t je;
+    json_t *refs = json_load_file(fixture("tokenizer_refs/chat_refs.json"), 0,
+                                  &je);
+    ck_assert_msg(refs != NULL, "chat_refs.json: %s", je.text);
+    json_t *r = json_object_get(json_object_get(refs, "templates"), NAMES[_i]);
+    ck_assert_ptr_nonnull(r);
+    loom_chat_template *t = NULL;
+    loom_err err;
+    ck_assert_msg(loom_chat_template_load(fixture(DIRS[_i]), &t, &err) ==
+                      LOOM_OK,
+                  "%s", err.msg);
+    size_t i, checked = 0;
+    json_t *c;
+    json_array_foreach(json_object_get(r, "renderings"), i, c)
+    {
+        const char *name = json_string_value(json_object_get(c, "name"));
+        json_t *want = json_object_get(c, "rendered");
+        ck_assert_msg(want != NULL, "%s/%s: the reference failed", NAMES[_i],
+                      name);
+        json_t *extra = json_deep_copy(json_object_get(c, "extra"));
+        if (!extra)
+            extra = json_object();
+        if (json_object_get(c, "tools"))
+            json_object_set(extra, "tools", json_object_get(c, "tools"));
+        char *out = NULL;
+        loom_status st = loom_chat_template_render(
+            t, json_object_get(c, "messages"),
+            json_is_true(json_object_get(c, "add_generation_prompt")), extra,
+            &out, &err);
+        ck_assert_msg(st == LOOM_OK, "%s/%s: %s", NAMES[_i], name, err.msg);
+        ck_assert_msg(strcmp(out, json_string_value(want)) == 0,
+                      "%s/%s:\n--- got\n%s\n--- want\n%s", NAMES[_i], name,
+                      out, json_string_value(want));
+        free(out);
+        json_decref(extra);
+        checked++;
+    }
+    ck_assert_uint_ge(checked, 6);
+    loom_chat_template_free(t);
+    json_decref(refs);
+}
+END_TEST
+
+START_TEST(special_tokens_loaded)
+{
+    loom_chat_template *t = NULL;
+    loom_err err;
+    ck_assert_int_eq(loom_chat_template_load(fixture("models/nemotron-h-tiny"),
+                                             &t, &err),
+                     LOOM_OK);
+    ck_assert_str_eq(loom_chat_template_bos(t), "<s>");
+    ck_assert_str_eq(loom_chat_template_eos(t), "</s>");
+    loom_chat_template_free(t);
+    ck_assert_int_eq(
+        loom_chat_template_load(fixture("tokenizers/qwen3"), &t, &err),
+        LOOM_OK);
+    ck_assert_str_eq(loom_chat_template_bos(t), ""); /* null in the config */
+    ck_assert_str_eq(loom_chat_template_eos(t), "<|im_end|>");
+    loom_chat_template_free(t);
+}
+END_TEST
+
+/* Expected outputs follow Jinja2's documented semantics with HF's
+ * environment (trim_blocks, lstrip_blocks), worked out by hand. */
+static const struct {
+    const char *tmpl;
+    const char *want;
+} CASES[] = {
+    /* whitespace control and trim_blocks / lstrip_blocks */
+    {"a  {{- 'b' -}}  c", "abc"},
+    {"{% if true %}\nx\n{% endif %}\ny", "x\ny"},
+    {"  {% if true %}x{% endif %}", "x"},
+    {"a\n    {% set v = 1 %}\nb{{ v }}", "a\nb1"},
+    {"{{ 'x' }}\n", "x"},              /* the final newline is dropped */
+    {"{#- comment -#}  z", "z"},
+    {"{%+ if true %}k{% endif %}", "k"},
+    /* literals, operators, precedence */
+    {"{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }}",
+     "7 9 3 -4 1"},
+    {"{{ 7 / 2 }} {{ 2 ** 10 }} {{ 1.5 + 1 }} {{ 0.1 + 0.2 }}",
+     "3.5 1024 2.5 0.30000000000000004"},
+    {"{{ 'a' ~ 1 ~ none ~ true }}", "a1NoneTrue"},
+    {"{{ 'ab' + 'cd' }}{{ [1] + [2] }}{{ 'x' * 3 }}", "abcd[1, 2]xxx"},
+    {"{{ 1 < 2 and 'b' > 'a' }} {{ not 1 == 1.0 }} {{ 3 in [1, 3] }}",
+     "True False True"},
+    {"{{ 'ell' in 'hello' }} {{ 'k' in {'k': 1} }} {{ 2 not in [1] }}",
+     "True True True"},
+    {"{{ 0 or 'x' }} {{ '' and 'y' }}|{{ 'a' if false else 'b' }}{{ 'c' if "
+     "false }}",
+     "x |b"},
+    {"{{ {'a': [1, 'two', none, false]} }}", "{'a': [1, 'two', None, False]}"},
+    /* subscripts, slices, negative indices */
+    {"{% set l = [1, 2, 3, 4] %}{{ l[-1] }}{{ l[1:3] }}{{ l[::-1] }}{{ "
+     "l[::2] }}{{ l[:-1] }}",
+     "4[2, 3][4, 3, 2, 1][1, 3][1, 2, 3]"},
+    {"{{ 'h\xC3\xA9llo'[1] }}{{ 'h\xC3\xA9llo'[::-1] }}{{ 'abc'[5:] }}|",
+     "\xC3\xA9oll\xC3\xA9h|"},
+    /* string methods */
+    {"{{ '  a b  '.strip() }}|{{ 'xxaxx'.lstrip('x') }}|{{ "
+     "'xxaxx'.rstrip('x') }}|{{ '\\n\\nq\\n'.strip('\\n') }}",
+     "a b|axx|xxa|q"},
+    {"{{ 'a,b,,c'.split(',') }}{{ ' a  b '.split() }}{{ 'a b c'.split(' ', "
+     "1) }}",
+     "['a', 'b', '', 'c']['a', 'b']['a', 'b c']"},
+    {"{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x', 'bc')) }}{{ "
+     "'aXa'.replace('a', 'b') }}{{ 'Ab'.upper() }}{{ 'Ab'.lower() }}",
+     "TrueTruebXbABab"},
+    {"{{ 'x</think>y'.split('</think>')[-1] }}", "y"},
+    /* filters */
+    {"{{ [1, 2] | length }}{{ 'h\xC3\xA9' | length }}{{ {'a': 1} | count }}",
+     "221"},
+    {"{{ ' t ' | trim }}|{{ [3, 4] | first }}{{ [3, 4] | last }}|{{ ['a', "
+     "'b'] | join('-') }}|{{ 'ab' | upper }}",
+     "t|34|a-b|AB"},
+    {"{{ x | default('d') }}{{ '' | default('e', true) }}{{ 5 | string }}",
+     "de5"},
+    {"{{ {'a': [1, 2.5, 'q\"\\n\xC3\xA9'], 'b': none, 'c': true} | tojson }}",
+     "{\"a\": [1, 2.5, \"q\\\"\\n\xC3\xA9\"], \"b\": null, \"c\": true}"},
+    {"{{ {'a': [1]} | tojson(indent=2) }}", "{\n  \"a\": [\n    1\n  ]\n}"},
+    {"{{ [{'r': 'a'}, {'r': 'b'}, {}] | selectattr('r', 'equalto', 'b') | "
+     "list | length }}{{ [{'r': 'a'}, {'r': 'c'}] | map(attribute='r') | list "
+     "}}",
+     "1['a', 'c']"},
+    /* tests */
+    {"{{ x is defined }}{{ none is none }}{{ 'a' is string }}{{ 1 is not "
+     "string }}{{ {} is mapping }}{{ 3 is odd }}{{ 1 is number }}",
+     "FalseTrueTrueTrueTrueTrueTrue"},
+    /* loops: loop variables, filters, else, break/continue, dict items */
+    {"{% for x in ['a', 'b', 'c'] %}{{ loop.index0 }}{{ loop.index }}{{ x "
+     "}}{{ loop.first }}{{ loop.last }}{{ loop.revindex }};{% endfor %}",
+     "01aTrueFalse3;12bFalseFalse2;23cFalseTrue1;"},
+    {"{% for x in [1, 2, 3, 4] if x is even %}{{ x }}/{{ loop.length "
+     "}}{% endfor %}",
+     "2/24/2"},
+    {"{% for x in [] %}no{% else %}empty{% endfor %}", "empty"},
+    {"{% for x in [1, 2, 3, 4] %}{% if x == 2 %}{% continue %}{% endif %}{% "
+     "if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}",
+     "13"},
+    {"{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }} {% endfor %}",
+     "a=1 b=2 "},
+    {"{% for i in range(3) %}{{ i }}{% endfor %}{% for c in 'ab' %}[{{ c "
+     "}}]{% endfor %}",
+     "012[a][b]"},
+    /* scoping: a set inside a loop does not leak; a namespace does */
+    {"{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}",
+     "1"},
+    {"{% set ns = namespace(n=0) %}{% for i in [1, 2, 3] %}{% set ns.n = "
+     "ns.n + i %}{% endfor %}{{ ns.n }}",
+     "6"},
+    {"{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set c %}in{{ a }}{% endset %}{{ "
+     "c }}",
+     "12in1"},
+    /* if / elif / else */
+    {"{% for v in [1, 2, 3] %}{% if v == 1 %}one{% elif v == 2 %}two{% else "
+     "%}many{% endif %} {% endfor %}",
+     "one two many "},
+    /* macros */
+    {"{% macro m(a, b='z') %}<{{ a }}{{ b }}>{% endmacro %}{{ m(1) }}{{ m(2, "
+     "b='y') }}",
+     "<1z><2y>"},
+    /* generation blocks render their body */
+    {"{% generation %}g{% endgeneration %}", "g"},
+};
+
+START_TEST(semantics)
+{
+    json_t *msgs = json_array();
+    char *out = NULL;
+    loom_err err;
+    loom_status st = loom_chat_render(CASES[_i].tmpl, msgs, 0, NULL, &out, &err);
+    ck_assert_msg(st == LOOM_OK, "case %d %s: %s", _i, CASES[_i].tmpl,
+                  err.msg);
+    ck_assert_msg(strcmp(out, CASES[_i].want) == 0,
+                  "case %d %s:\ngot  [%s]\nwant [%s]", _i, CASES[_i].tmpl, out,
+                  CASES[_i].want);
+    free(out);
+    json_decref(msgs);
+}
+END_TEST
+
+START_TEST(variables)
+{
+    /* Messages, add_generation_prompt, extras, and HF's tools=None. */
+    json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", "hi");
+    json_t *extra = json_pack("{s:b}", "enable_thinking", 0);
+    char *out = NULL;
+    loom_err err;
+    ck_assert_int_eq(
+        loom_chat_render("{{ messages[0].role }}:{{ messages[0]['content'] "
+                         "}} {{ add_generation_prompt }} {{ enable_thinking "
+                         "is false }} {{ tools is none }} {{ bos_token is "
+                         "defined }}",
+                         msgs, 1, extra, &out, &err),
+        LOOM_OK);
+    ck_assert_str_eq(out, "user:hi True True True False");
+    free(out);
+    json_decref(extra);
+    json_decref(msgs);
+}
+END_TEST
+
+static const struct {
+    const char *tmpl;
+    loom_status code;
+    const char *needle;
+} ERRORS[] = {
+    {"a\nb\n{% include 'x' %}", LOOM_ERR_UNSUPPORTED, "line 3"},
+    {"{% include 'x' %}", LOOM_ERR_UNSUPPORTED, "include"},
+    {"\n{{ x | wordcount }}", LOOM_ERR_UNSUPPORTED, "line 2"},
+    {"{{ x | wordcount }}", LOOM_ERR_UNSUPPORTED, "wordcount"},
+    {"{% for x in [1] %}\n{{ x }}", LOOM_ERR_FORMAT, "endfor"},
+    {"{% if x %}", LOOM_ERR_FORMAT, "endif"},
+    {"x\n{% endif %}", LOOM_ERR_FORMAT, "line 2"},
+    {"{{ 'abc' ", LOOM_ERR_FORMAT, "unterminated"},
+    {"{{ 'abc }}", LOOM_ERR_FORMAT, "unterminated string"},
+    {"{# never closed", LOOM_ERR_FORMAT, "comment"},
+    {"{{ 1 + }}", LOOM_ERR_FORMAT, "line 1"},
+    {"{{ a $ b }}", LOOM_ERR_FORMAT, "'$'"},
+    {"\n\n{{ raise_exception('Only user and assistant roles') }}",
+     LOOM_ERR_INVALID, "line 3: raise_exception: Only user and assistant"},
+    {"{{ undefined_thing.attr }}", LOOM_ERR_INVALID, "'undefined_thing' is undefined"},
+    {"{{ 'a' + 1 }}", LOOM_ERR_INVALID, "str and int"},
+    {"{{ 'a'.zfill(3) }}", LOOM_ERR_UNSUPPORTED, "str.zfill"},
+    {"{{ x is prime }}", LOOM_ERR_UNSUPPORTED, "prime"},
+    {"{{ 1 // 0 }}", LOOM_ERR_INVALID, "division by zero"},
+    {"{% for x in 5 %}{% endfor %}", LOOM_ERR_INVALID, "cannot loop over int"},
+    {"{{ f(*a) }}", LOOM_ERR_UNSUPPORTED, "*args"},
+    {"{% for x in y recursive %}{% endfor %}", LOOM_ERR_UNSUPPORTED, "recursive"},
+};
+
+START_TEST(errors)
+{
+    json_t *msgs = json_array();
+    char *out = NULL;
+    loom_err err;
+    loom_status st = loom_chat_render(ERRORS[_i].tmpl, msgs, 0, NULL, &out, &err);
+    ck_assert_msg(st == ERRORS[_i].code, "case %d: status %d (%s)", _i,
+                  (int)st, st == LOOM_OK ? out : err.msg);
+    ck_assert_msg(strstr(err.msg, ERRORS[_i].needle) != NULL,
+                  "case %d: message \"%s\" lacks \"%s\"", _i, err.msg,
+                  ERRORS[_i].needle);
+    json_decref(msgs);
+}
+END_TEST
+
+START_TEST(load_errors)
+{
+    loom_chat_template *t = NULL;
+    loom_err err;
+    const char *dir = temp_dir();
+    ck_assert_int_ne(loom_chat_template_load(dir, &t, &err), LOOM_OK);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"eos_token\": \"x\"}", f);
+    fclose(f);
+    ck_assert_int_eq(loom_chat_template_load(dir, &t, &err), LOOM_ERR_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(err.msg, "chat_template"));
+    f = fopen(path, "w");
+    fputs("{\"chat_template\": \"{% for %}\"}", f);
+    fclose(f);
+    ck_assert_int_eq(loom_chat_template_load(dir, &t, &err), LOOM_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "tokenizer_config.json"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "line 1"));
+    /* A list of named templates: the one named "default" is used. */
+    f = fopen(path, "w");
+    fputs("{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, "
+          "{\"name\": \"default\", \"template\": \"D{{ eos_token }}\"}], "
+          "\"eos_token\": {\"content\": \"</e>\"}}",
+          f);
+    fclose(f);
+    ck_assert_int_eq(loom_chat_template_load(dir, &t, &err), LOOM_OK);
+    json_t *msgs = json_array();
+    char *out;
+    ck_assert_int_eq(loom_chat_template_render(t, msgs, 0, NULL, &out, &err),
+                     LOOM_OK);
+    ck_assert_str_eq(out, "D</e>");
+    free(out);
+    /* messages must be an array */
+    json_t *obj = json_object();
+    ck_assert_int_eq(loom_chat_template_render(t, obj, 0, NULL, &out, &err),
+                     LOOM_ERR_INVALID);
+    json_decref(obj);
+    json_decref(msgs);
+    loom_chat_template_free(t);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("chat_template");
+    TCase *tc = tcase_create("core");
+    tcase_add_loop_test(tc, hf_renderings, 0, 5);
+    tcase_add_test(tc, special_tokens_loaded);
+    tcase_add_loop_test(tc, semantics, 0, (int)(sizeof CASES / sizeof CASES[0]));
+    tcase_add_test(tc, variables);
+    tcase_add_loop_test(tc, errors, 0, (int)(sizeof ERRORS / sizeof ERRORS[0]));
+    tcase_add_test(tc, load_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return run_suite(suite());
+}

@@ -1,0 +1,883 @@
+/* The qwen35 family plugin through the engine API, against transformers'
+ * reference outputs (tests/fixtures/models/qwen35-*): logits, greedy
+ * decoding through the cache, chunked prompts, several streams per round,
+ * speculative windows with commit, and the refusals of broken checkpoints
+ * (made in a temporary directory by rewriting config.json and the
+ * safetensors file). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <loom/engine.h>
+#include <loom/platform.h>
+#include <loom/safetensors.h>
+
+#include "testutil.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+static loom_status open_model(const char *dir, int64_t ctx, loom_engine **e,
+                              loom_err *err)
+{
+    static const char *const dirs[] = {LOOM_PLUGIN_DIR};
+    loom_engine_params p;
+    memset(&p, 0, sizeof p);
+    p.model = dir;
+    p.plugin_dirs = dirs;
+    p.n_plugin_dirs = 1;
+    p.device = LOOM_DEVICE_CPU;
+    p.n_threads = 2;
+    p.max_context = ctx;
+    return loom_engine_open(&p, e, err);
+}
+
+static loom_engine *open_ok(const char *dir)
+{
+    loom_engine *e = NULL;
+    loom_err err = {{0}};
+    loom_status st = open_model(dir, 0, &e, &err);
+    ck_assert_msg(st == LOOM_OK, "open %s: %s", dir, err.msg);
+    ck_assert_str_eq(e->plugin->plugin->name, "qwen35");
+    return e;
+}
+
+typedef struct golden {
+    int32_t ids[64];
+    int32_t n;
+    int32_t greedy[64];
+    int32_t n_greedy;
+    int32_t vocab;
+    float *logits; /* [n, vocab] */
+} golden;
+
+static void load_golden(const char *model, golden *g)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/golden.json", fixture(model));
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    ck_assert_msg(j != NULL, "%s: %s", path, je.text);
+    json_t *ids = json_object_get(j, "prompt_ids");
+    json_t *gr = json_object_get(j, "greedy");
+    g->n = (int32_t)json_array_size(ids);
+    g->n_greedy = (int32_t)json_array_size(gr);
+    ck_assert_int_le(g->n, 64);
+    ck_assert_int_le(g->n_greedy, 64);
+    for (int32_t i = 0; i < g->n; i++)
+        g->ids[i] = (int32_t)json_integer_value(json_array_get(ids, i));
+    for (int32_t i = 0; i < g->n_greedy; i++)
+        g->greedy[i] = (int32_t)json_integer_value(json_array_get(gr, i));
+    g->vocab = (int32_t)json_integer_value(json_array_get(
+        json_object_get(json_object_get(j, "logits"), "shape"), 1));
+    json_decref(j);
+    snprintf(path, sizeof path, "%s/logits.f32", fixture(model));
+    size_t n = 0;
+    g->logits = read_f32(path, &n);
+    ck_assert_ptr_nonnull(g->logits);
+    ck_assert_uint_eq(n, (size_t)g->n * (size_t)g->vocab);
+}
+
+/* Feeds ids[0..n) at positions from the cache's length, `chunk` rows per
+ * forward, each row flagged `flags`; logits of every row into out (may be
+ * NULL when flags lack LOOM_ROW_LOGITS). */
+static loom_status feed(loom_engine *e, loom_cache *c, int32_t pos0,
+                        const int32_t *ids, int32_t n, int32_t chunk,
+                        uint32_t flags, float *out, loom_err *err)
+{
+    loom_row rows[64];
+    ck_assert_int_le(chunk, 64);
+    for (int32_t p = 0; p < n; p += chunk) {
+        int32_t k = n - p < chunk ? n - p : chunk;
+        for (int32_t i = 0; i < k; i++)
+            rows[i] = (loom_row){c, ids[p + i], pos0 + p + i, -1, flags};
+        loom_round r = {rows, k};
+        loom_output o = {out ? out + (size_t)p * e->info.vocab : NULL, NULL};
+        loom_status st = e->family->forward(e->model, &r, &o, err);
+        if (st != LOOM_OK)
+            return st;
+    }
+    return LOOM_OK;
+}
+
+static void feed_ok(loom_engine *e, loom_cache *c, int32_t pos0,
+                    const int32_t *ids, int32_t n, int32_t chunk,
+                    uint32_t flags, float *out)
+{
+    loom_err err = {{0}};
+    loom_status st = feed(e, c, pos0, ids, n, chunk, flags, out, &err);
+    ck_assert_msg(st == LOOM_OK, "forward: %s", err.msg);
+}
+
+static loom_cache *new_cache(loom_engine *e)
+{
+    loom_cache *c = NULL;
+    loom_err err = {{0}};
+    ck_assert_int_eq(e->family->cache_new(e->model, &c, &err), LOOM_OK);
+    return c;
+}
+
+static int32_t argmax(const float *x, int32_t n)
+{
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+/* ---------------------------------------------------------------- reference */
+
+static void check_reference(const char *model)
+{
+    golden g;
+    load_golden(model, &g);
+    loom_engine *e = open_ok(fixture(model));
+    ck_assert_int_eq(e->info.vocab, g.vocab);
+    float *lg = malloc((size_t)g.n * g.vocab * sizeof(float));
+    loom_cache *c = new_cache(e);
+    feed_ok(e, c, 0, g.ids, g.n, g.n, LOOM_ROW_LOGITS, lg);
+    /* every prompt position within 1e-4 of transformers */
+    for (int32_t t = 0; t < g.n; t++) {
+        double r = rel_err(lg + (size_t)t * g.vocab,
+                           g.logits + (size_t)t * g.vocab, (size_t)g.vocab);
+        ck_assert_msg(r < 1e-4, "%s position %d: relative error %g", model, t,
+                      r);
+    }
+    /* greedy decoding through the cache, one row per forward */
+    int32_t tok = argmax(lg + (size_t)(g.n - 1) * g.vocab, g.vocab);
+    float *row = malloc((size_t)g.vocab * sizeof(float));
+    for (int32_t i = 0; i < g.n_greedy; i++) {
+        ck_assert_msg(tok == g.greedy[i], "%s greedy step %d: %d, want %d",
+                      model, i, tok, g.greedy[i]);
+        feed_ok(e, c, g.n + i, &tok, 1, 1, LOOM_ROW_LOGITS, row);
+        tok = argmax(row, g.vocab);
+    }
+    e->family->cache_free(e->model, c);
+    free(row);
+    free(lg);
+    free(g.logits);
+    loom_engine_close(e);
+}
+
+START_TEST(reference_tiny)
+{
+    check_reference("models/qwen35-tiny");
+}
+END_TEST
+
+START_TEST(reference_vl_tiny)
+{
+    check_reference("models/qwen35-vl-tiny");
+}
+END_TEST
+
+START_TEST(reference_ref2)
+{
+    check_reference("models/qwen35-ref2");
+}
+END_TEST
+
+/* ---------------------------------------------------------------- describe */
+
+typedef struct fields {
+    int64_t rot_dim, n_kv, eos_count;
+    double prf;
+    char kinds[64];
+} fields;
+
+static void LOOM_ABI f_i64(void *ctx, const char *k, int64_t v)
+{
+    fields *f = ctx;
+    if (!strcmp(k, "rotary_dim"))
+        f->rot_dim = v;
+    if (!strcmp(k, "num_key_value_heads"))
+        f->n_kv = v;
+    if (!strcmp(k, "eos_token_id"))
+        f->eos_count++;
+}
+
+static void LOOM_ABI f_f64(void *ctx, const char *k, double v)
+{
+    fields *f = ctx;
+    if (!strcmp(k, "partial_rotary_factor"))
+        f->prf = v;
+}
+
+static void LOOM_ABI f_str(void *ctx, const char *k, const char *v)
+{
+    fields *f = ctx;
+    if (!strcmp(k, "layer_kinds"))
+        snprintf(f->kinds, sizeof f->kinds, "%s", v);
+}
+
+START_TEST(describe_and_geometry)
+{
+    loom_engine *e = open_ok(fixture("models/qwen35-tiny"));
+    ck_assert_int_eq(e->info.vocab, 512);
+    ck_assert_int_eq(e->info.hidden, 64);
+    ck_assert_int_eq(e->info.n_layers, 4);
+    ck_assert_str_eq(e->info.layer_kinds, "LLLA");
+    ck_assert_int_eq(e->info.n_eos, 1);
+    ck_assert_int_eq(e->info.eos[0], 1);
+    ck_assert_uint_eq(e->info.caps, LOOM_CAP_WINDOWS);
+    ck_assert_int_eq(e->info.max_context, 4096);
+    /* 3 GDN layers: tail 3 x (2*32 + 64) + state 4 x 16 x 16 floats */
+    ck_assert_uint_eq(e->info.cache_bytes_fixed,
+                      3u * (3u * 128u + 4u * 16u * 16u) * 4u);
+    /* 1 attention layer: K and V of 2 heads x 32 */
+    ck_assert_uint_eq(e->info.cache_bytes_per_token, 2u * 64u * 4u);
+    loom_engine_close(e);
+
+    /* ref2: partial_rotary_factor 0.5 inside rope_parameters wins over the
+     * top-level 0.25; eos from a list */
+    e = open_ok(fixture("models/qwen35-ref2"));
+    ck_assert_str_eq(e->info.layer_kinds, "ALLAL");
+    ck_assert_int_eq(e->info.n_eos, 2);
+    ck_assert_int_eq(e->info.eos[1], 2);
+    fields f;
+    memset(&f, 0, sizeof f);
+    loom_fields out = {&f, f_i64, f_f64, f_str};
+    loom_err err = {{0}};
+    ck_assert_int_eq(e->family->geometry(&e->hs.host, e->ckpt, &out, &err),
+                     LOOM_OK);
+    ck_assert_int_eq(f.rot_dim, 32);
+    ck_assert_double_eq(f.prf, 0.5);
+    ck_assert_int_eq(f.n_kv, 2);
+    ck_assert_str_eq(f.kinds, "ALLAL");
+    loom_engine_close(e);
+
+    /* vl-tiny: nested text_config, tied head */
+    e = open_ok(fixture("models/qwen35-vl-tiny"));
+    ck_assert_str_eq(e->info.layer_kinds, "LLALLA");
+    loom_engine_close(e);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- rounds */
+
+START_TEST(chunked_prompt)
+{
+    golden g;
+    load_golden("models/qwen35-tiny", &g);
+    loom_engine *e = open_ok(fixture("models/qwen35-tiny"));
+    size_t n = (size_t)g.n * g.vocab;
+    float *all = malloc(n * sizeof(float)), *part = malloc(n * sizeof(float));
+    loom_cache *c = new_cache(e);
+    feed_ok(e, c, 0, g.ids, g.n, g.n, LOOM_ROW_LOGITS, all);
+    int32_t chunks[2] = {1, 3};
+    for (int i = 0; i < 2; i++) {
+        /* cache_reset makes the cache reusable from position 0 */
+        e->family->cache_reset(e->model, c);
+        feed_ok(e, c, 0, g.ids, g.n, chunks[i], LOOM_ROW_LOGITS, part);
+        double r = rel_err(part, all, n);
+        ck_assert_msg(r <= 1e-5, "chunk %d: %g", chunks[i], r);
+    }
+    e->family->cache_free(e->model, c);
+    free(all);
+    free(part);
+    free(g.logits);
+    loom_engine_close(e);
+}
+END_TEST
+
+START_TEST(two_streams)
+{
+    golden g;
+    load_golden("models/qwen35-vl-tiny", &g);
+    loom_engine *e = open_ok(fixture("models/qwen35-vl-tiny"));
+    int32_t V = g.vocab, n = 10, m = 7;
+    const int32_t *a = g.ids, *b = g.ids + 12; /* two different prompts */
+    float *la = malloc((size_t)(n + 1) * V * sizeof(float));
+    float *lb = malloc((size_t)(m + 1) * V * sizeof(float));
+    float *both = malloc((size_t)(n + m + 2) * V * sizeof(float));
+    /* alone */
+    loom_cache *c = new_cache(e);
+    feed_ok(e, c, 0, a, n, n, LOOM_ROW_LOGITS, la);
+    feed_ok(e, c, n, &b[0], 1, 1, LOOM_ROW_LOGITS, la + (size_t)n * V);
+    e->family->cache_reset(e->model, c);
+    feed_ok(e, c, 0, b, m, m, LOOM_ROW_LOGITS, lb);
+    feed_ok(e, c, m, &a[0], 1, 1, LOOM_ROW_LOGITS, lb + (size_t)m * V);
+    e->family->cache_free(e->model, c);
+    /* together: the prompts' rows interleaved in one round, then one decode
+     * round with a row of each (b's row first) */
+    loom_cache *ca = new_cache(e), *cb = new_cache(e);
+    loom_row rows[32];
+    int32_t k = 0, ia = 0, ib = 0;
+    int32_t order[32]; /* 0: a, 1: b, in round order */
+    while (ia < n || ib < m) {
+        if (ia < n) {
+            rows[k] = (loom_row){ca, a[ia], ia, -1, LOOM_ROW_LOGITS};
+            order[k++] = ia++;
+        }
+        if (ib < m) {
+            rows[k] = (loom_row){cb, b[ib], ib, -1, LOOM_ROW_LOGITS};
+            order[k++] = 100 + ib++;
+        }
+    }
+    loom_round r = {rows, k};
+    loom_output o = {both, NULL};
+    loom_err err = {{0}};
+    ck_assert_msg(e->family->forward(e->model, &r, &o, &err) == LOOM_OK, "%s",
+                  err.msg);
+    for (int32_t i = 0; i < k; i++) {
+        const float *want = order[i] < 100 ? la + (size_t)order[i] * V
+                                           : lb + (size_t)(order[i] - 100) * V;
+        double d = rel_err(both + (size_t)i * V, want, (size_t)V);
+        ck_assert_msg(d <= 1e-6, "round row %d: %g", i, d);
+    }
+    loom_row dec[2] = {{cb, a[0], m, -1, LOOM_ROW_LOGITS},
+                       {ca, b[0], n, -1, LOOM_ROW_LOGITS}};
+    loom_round r2 = {dec, 2};
+    ck_assert_int_eq(e->family->forward(e->model, &r2, &o, &err), LOOM_OK);
+    ck_assert_double_le(rel_err(both, lb + (size_t)m * V, (size_t)V), 1e-6);
+    ck_assert_double_le(rel_err(both + V, la + (size_t)n * V, (size_t)V), 1e-6);
+    e->family->cache_free(e->model, ca);
+    e->family->cache_free(e->model, cb);
+    free(la);
+    free(lb);
+    free(both);
+    free(g.logits);
+    loom_engine_close(e);
+}
+END_TEST
+
+/* A window of k speculative rows, commit(j), then one more row, against
+ * feeding only the j rows: the next row's logits must be bit for bit equal.
+ * `plain` rows of the window's forward come before the speculative ones. */
+static void check_commit(const char *model, int32_t plain, int32_t k, int32_t j)
+{
+    golden g;
+    load_golden(model, &g);
+    loom_engine *e = open_ok(fixture(model));
+    int32_t V = g.vocab, p = 8;
+    const int32_t *win = g.ids + p; /* plain rows, then the window */
+    int32_t next = g.ids[p + plain + k];
+    float *l1 = malloc((size_t)V * sizeof(float));
+    float *l2 = malloc((size_t)V * sizeof(float));
+    float *scratch = malloc((size_t)(plain + k) * V * sizeof(float));
+    loom_err err = {{0}};
+
+    loom_cache *c = new_cache(e);
+    feed_ok(e, c, 0, g.ids, p, p, 0, NULL);
+    loom_row rows[32];
+    for (int32_t i = 0; i < plain + k; i++)
+        rows[i] = (loom_row){c, win[i], p + i, -1,
+                             LOOM_ROW_LOGITS |
+                                 (i >= plain ? LOOM_ROW_SPECULATIVE : 0u)};
+    loom_round r = {rows, plain + k};
+    loom_output o = {scratch, NULL};
+    ck_assert_int_eq(e->family->forward(e->model, &r, &o, &err), LOOM_OK);
+    ck_assert_msg(e->family->commit(e->model, c, j, &err) == LOOM_OK, "%s",
+                  err.msg);
+    feed_ok(e, c, p + plain + j, &next, 1, 1, LOOM_ROW_LOGITS, l1);
+
+    e->family->cache_reset(e->model, c);
+    feed_ok(e, c, 0, g.ids, p, p, 0, NULL);
+    if (plain + j > 0)
+        feed_ok(e, c, p, win, plain + j, plain + j, 0, NULL);
+    feed_ok(e, c, p + plain + j, &next, 1, 1, LOOM_ROW_LOGITS, l2);
+    ck_assert_msg(memcmp(l1, l2, (size_t)V * sizeof(float)) == 0,
+                  "%s: commit(%d) of %d after %d plain rows differs by %g",
+                  model, j, k, plain, rel_err(l1, l2, (size_t)V));
+    e->family->cache_free(e->model, c);
+    free(l1);
+    free(l2);
+    free(scratch);
+    free(g.logits);
+    loom_engine_close(e);
+}
+
+START_TEST(commit_windows)
+{
+    check_commit("models/qwen35-tiny", 0, 4, 0);
+    check_commit("models/qwen35-tiny", 0, 4, 2);
+    check_commit("models/qwen35-tiny", 0, 4, 4);
+    check_commit("models/qwen35-tiny", 0, 5, 1);
+    check_commit("models/qwen35-tiny", 3, 4, 2); /* plain rows first */
+    check_commit("models/qwen35-ref2", 0, 6, 3);
+    check_commit("models/qwen35-vl-tiny", 2, 3, 1);
+}
+END_TEST
+
+START_TEST(commit_errors_and_repeats)
+{
+    golden g;
+    load_golden("models/qwen35-tiny", &g);
+    loom_engine *e = open_ok(fixture("models/qwen35-tiny"));
+    int32_t V = g.vocab;
+    loom_err err = {{0}};
+    loom_cache *c = new_cache(e);
+    float *l1 = malloc((size_t)V * 2 * sizeof(float));
+    float *l2 = malloc((size_t)V * 16 * sizeof(float));
+    feed_ok(e, c, 0, g.ids, 6, 6, 0, NULL);
+    /* nothing speculative yet: only commit(0) is in range */
+    ck_assert_int_eq(e->family->commit(e->model, c, 1, &err), LOOM_ERR_RANGE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "kept = 1"));
+    ck_assert_int_eq(e->family->commit(e->model, c, 0, &err), LOOM_OK);
+    /* two windows in a row, each partly kept */
+    feed_ok(e, c, 6, g.ids + 6, 3, 3, LOOM_ROW_SPECULATIVE, NULL);
+    ck_assert_int_eq(e->family->commit(e->model, c, 4, &err), LOOM_ERR_RANGE);
+    ck_assert_int_eq(e->family->commit(e->model, c, 1, &err), LOOM_OK);
+    feed_ok(e, c, 7, g.ids + 7, 4, 4, LOOM_ROW_SPECULATIVE, NULL);
+    ck_assert_int_eq(e->family->commit(e->model, c, 2, &err), LOOM_OK);
+    /* a window fed over two forwards is one window */
+    feed_ok(e, c, 9, g.ids + 9, 2, 2, LOOM_ROW_SPECULATIVE, NULL);
+    feed_ok(e, c, 11, g.ids + 11, 2, 2, LOOM_ROW_SPECULATIVE, NULL);
+    ck_assert_int_eq(e->family->commit(e->model, c, 3, &err), LOOM_OK);
+    feed_ok(e, c, 12, g.ids + 12, 1, 1, LOOM_ROW_LOGITS, l1);
+    /* plain rows after an uncommitted window keep all of it */
+    feed_ok(e, c, 13, g.ids + 13, 2, 2, LOOM_ROW_SPECULATIVE, NULL);
+    feed_ok(e, c, 15, g.ids + 15, 1, 1, LOOM_ROW_LOGITS, l1 + V);
+    ck_assert_int_eq(e->family->commit(e->model, c, 0, &err), LOOM_OK);
+
+    e->family->cache_reset(e->model, c);
+    feed_ok(e, c, 0, g.ids, 16, 16, LOOM_ROW_LOGITS, l2);
+    ck_assert_int_eq(memcmp(l1, l2 + (size_t)12 * V, (size_t)V * 4), 0);
+    ck_assert_int_eq(memcmp(l1 + V, l2 + (size_t)15 * V, (size_t)V * 4), 0);
+    e->family->cache_free(e->model, c);
+    free(l1);
+    free(l2);
+    free(g.logits);
+    loom_engine_close(e);
+}
+END_TEST
+
+START_TEST(forward_refusals)
+{
+    golden g;
+    load_golden("models/qwen35-tiny", &g);
+    loom_engine *e = NULL;
+    loom_err err = {{0}};
+    /* a context limit of 8 positions */
+    ck_assert_int_eq(open_model(fixture("models/qwen35-tiny"), 8, &e, &err),
+                     LOOM_OK);
+    int32_t V = g.vocab;
+    float *l1 = malloc((size_t)V * 8 * sizeof(float));
+    float *l2 = malloc((size_t)V * 8 * sizeof(float));
+    loom_cache *c = new_cache(e);
+    feed_ok(e, c, 0, g.ids, 4, 4, 0, NULL);
+    /* wrong position, bad token, trees, plain after speculative, too long,
+     * no logits buffer: each refused, and the cache is left as it was */
+    loom_row bad[3] = {{c, g.ids[4], 5, -1, 0}};
+    loom_round r = {bad, 1};
+    loom_output none = {NULL, NULL};
+    ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
+                     LOOM_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "position 5"));
+    bad[0] = (loom_row){c, 512, 4, -1, 0};
+    ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
+                     LOOM_ERR_RANGE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "token 512"));
+    bad[0] = (loom_row){c, 3, 4, 0, 0};
+    ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
+                     LOOM_ERR_UNSUPPORTED);
+    bad[0] = (loom_row){c, 3, 4, -1, LOOM_ROW_SPECULATIVE};
+    bad[1] = (loom_row){c, 3, 5, -1, 0};
+    r.n_rows = 2;
+    ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
+                     LOOM_ERR_INVALID);
+    bad[0] = (loom_row){NULL, 3, 4, -1, 0};
+    ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
+                     LOOM_ERR_INVALID);
+    ck_assert_int_eq(feed(e, c, 4, g.ids + 4, 5, 5, 0, NULL, &err),
+                     LOOM_ERR_FULL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "context limit 8"));
+    bad[0] = (loom_row){c, 3, 4, -1, LOOM_ROW_LOGITS};
+    r.n_rows = 1;
+    ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
+                     LOOM_ERR_INVALID);
+    /* the cache still stands at position 4 */
+    feed_ok(e, c, 4, g.ids + 4, 4, 4, LOOM_ROW_LOGITS, l1);
+    e->family->cache_reset(e->model, c);
+    feed_ok(e, c, 0, g.ids, 8, 8, LOOM_ROW_LOGITS, l2);
+    ck_assert_int_eq(memcmp(l1, l2 + (size_t)4 * V, (size_t)4 * V * 4), 0);
+    e->family->cache_free(e->model, c);
+    free(l1);
+    free(l2);
+    free(g.logits);
+    loom_engine_close(e);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- broken */
+
+/* A copy of fixture `model` in a fresh temp dir with config.json edited by
+ * `edit` (a JSON object merged into the text config; JSON null deletes). */
+static const char *copy_model(const char *model, const char *edit,
+                              int text_level)
+{
+    const char *dir = temp_dir();
+    ck_assert_ptr_nonnull(dir);
+    char src[1024], dst[1024];
+    const char *files[] = {"model.safetensors", "generation_config.json"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(src, sizeof src, "%s/%s", fixture(model), files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        char *data = NULL;
+        size_t size = 0;
+        loom_err err;
+        ck_assert_int_eq(loom_read_file(src, &data, &size, &err), LOOM_OK);
+        FILE *f = fopen(dst, "wb");
+        ck_assert_ptr_nonnull(f);
+        ck_assert_uint_eq(fwrite(data, 1, size, f), size);
+        fclose(f);
+        free(data);
+    }
+    snprintf(src, sizeof src, "%s/config.json", fixture(model));
+    json_error_t je;
+    json_t *cfg = json_load_file(src, 0, &je);
+    ck_assert_ptr_nonnull(cfg);
+    json_t *tc = text_level ? json_object_get(cfg, "text_config") : cfg;
+    json_t *ed = json_loads(edit, 0, &je);
+    ck_assert_msg(ed != NULL, "%s", je.text);
+    const char *key;
+    json_t *v;
+    json_object_foreach(ed, key, v)
+    {
+        if (json_is_null(v))
+            json_object_del(tc, key);
+        else
+            json_object_set(tc, key, v);
+    }
+    json_decref(ed);
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    ck_assert_int_eq(json_dump_file(cfg, dst, JSON_INDENT(1)), 0);
+    json_decref(cfg);
+    return dir;
+}
+
+static void expect_refusal(const char *dir, loom_status code,
+                           const char *needle1, const char *needle2)
+{
+    loom_engine *e = NULL;
+    loom_err err = {{0}};
+    loom_status st = open_model(dir, 0, &e, &err);
+    ck_assert_msg(st == code, "%s: status %d, want %d (%s)", dir, st, code,
+                  err.msg);
+    ck_assert_msg(strstr(err.msg, needle1) != NULL, "'%s' lacks '%s'", err.msg,
+                  needle1);
+    if (needle2)
+        ck_assert_msg(strstr(err.msg, needle2) != NULL, "'%s' lacks '%s'",
+                      err.msg, needle2);
+}
+
+START_TEST(broken_geometry)
+{
+    const char *t = "models/qwen35-tiny";
+    expect_refusal(copy_model(t, "{\"num_key_value_heads\": 3}", 0),
+                   LOOM_ERR_FORMAT, "num_key_value_heads = 3",
+                   "num_attention_heads = 4");
+    expect_refusal(copy_model(t, "{\"linear_num_value_heads\": 3}", 0),
+                   LOOM_ERR_FORMAT, "linear_num_value_heads = 3",
+                   "linear_num_key_heads = 2");
+    expect_refusal(copy_model(t,
+                              "{\"layer_types\": [\"linear_attention\", "
+                              "\"linear_attention\", \"full_attention\"]}",
+                              0),
+                   LOOM_ERR_FORMAT, "layer_types has 3 entries",
+                   "num_hidden_layers = 4");
+    expect_refusal(copy_model(t,
+                              "{\"layer_types\": [\"linear_attention\", "
+                              "\"mamba\", \"full_attention\", "
+                              "\"full_attention\"]}",
+                              0),
+                   LOOM_ERR_FORMAT, "layer_types[1] = \"mamba\"", NULL);
+    expect_refusal(copy_model(t, "{\"hidden_size\": 0}", 0), LOOM_ERR_FORMAT,
+                   "hidden_size = 0", "positive");
+    expect_refusal(copy_model(t, "{\"linear_key_head_dim\": -16}", 0),
+                   LOOM_ERR_FORMAT, "linear_key_head_dim = -16", NULL);
+    expect_refusal(copy_model(t, "{\"vocab_size\": null}", 0), LOOM_ERR_FORMAT,
+                   "vocab_size", "required");
+    expect_refusal(copy_model(t, "{\"head_dim\": \"32\"}", 0), LOOM_ERR_FORMAT,
+                   "head_dim", "integer");
+    expect_refusal(copy_model(t,
+                              "{\"full_attention_interval\": 0, "
+                              "\"layer_types\": null}",
+                              0),
+                   LOOM_ERR_FORMAT, "full_attention_interval = 0", NULL);
+    expect_refusal(copy_model(t, "{\"rms_norm_eps\": 0}", 0), LOOM_ERR_FORMAT,
+                   "rms_norm_eps = 0", NULL);
+    expect_refusal(copy_model(t,
+                              "{\"partial_rotary_factor\": 0.01, "
+                              "\"rope_parameters\": null}",
+                              0),
+                   LOOM_ERR_FORMAT, "partial_rotary_factor = 0.01", NULL);
+    expect_refusal(copy_model(t,
+                              "{\"rope_parameters\": {\"rope_type\": "
+                              "\"yarn\"}}",
+                              0),
+                   LOOM_ERR_UNSUPPORTED, "rope_type = \"yarn\"", NULL);
+    expect_refusal(copy_model(t, "{\"hidden_act\": \"gelu\"}", 0),
+                   LOOM_ERR_UNSUPPORTED, "hidden_act = \"gelu\"", NULL);
+    /* nested: the message names text_config */
+    expect_refusal(
+        copy_model("models/qwen35-vl-tiny", "{\"num_attention_heads\": 0}", 1),
+        LOOM_ERR_FORMAT, "text_config.num_attention_heads = 0", NULL);
+    /* without layer_types, full_attention_interval decides: 2 gives LALA,
+     * which this checkpoint's tensors do not match (layer 1 has no q_proj) */
+    expect_refusal(copy_model(t,
+                              "{\"full_attention_interval\": 2, "
+                              "\"layer_types\": null}",
+                              0),
+                   LOOM_ERR_NOT_FOUND, "layers.1.self_attn.q_proj", NULL);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- writer */
+
+typedef struct st_entry {
+    char name[160];
+    char dtype[8];
+    int ndim;
+    int64_t shape[4];
+    const void *data;
+    uint64_t nbytes;
+    void *owned;
+} st_entry;
+
+/* Writes a safetensors file: 8-byte header length, JSON header, data. */
+static void st_write(const char *path, const st_entry *t, int n)
+{
+    json_t *h = json_object();
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *shape = json_array();
+        for (int d = 0; d < t[i].ndim; d++)
+            json_array_append_new(shape, json_integer(t[i].shape[d]));
+        json_t *o = json_pack("{s:s, s:o, s:[I, I]}", "dtype", t[i].dtype,
+                              "shape", shape, "data_offsets", (json_int_t)off,
+                              (json_int_t)(off + t[i].nbytes));
+        json_object_set_new(h, t[i].name, o);
+        off += t[i].nbytes;
+    }
+    char *hs = json_dumps(h, JSON_COMPACT);
+    size_t hl = strlen(hs), padded = (hl + 7) / 8 * 8;
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    uint64_t len = padded;
+    fwrite(&len, 8, 1, f);
+    fwrite(hs, 1, hl, f);
+    for (size_t i = hl; i < padded; i++)
+        fputc(' ', f);
+    for (int i = 0; i < n; i++)
+        ck_assert_uint_eq(fwrite(t[i].data, 1, t[i].nbytes, f), t[i].nbytes);
+    fclose(f);
+    free(hs);
+    json_decref(h);
+}
+
+/* The tensors of a fixture, in file order; *st must stay open while used. */
+static int st_read(const char *model, loom_st **st, st_entry *out, int max)
+{
+    loom_err err;
+    ck_assert_int_eq(loom_st_open_dir(fixture(model), st, &err), LOOM_OK);
+    int n = (int)loom_st_count(*st);
+    ck_assert_int_le(n, max);
+    for (int i = 0; i < n; i++) {
+        const loom_tensor *t = loom_st_at(*st, (size_t)i);
+        memset(&out[i], 0, sizeof out[i]);
+        snprintf(out[i].name, sizeof out[i].name, "%s", t->name);
+        snprintf(out[i].dtype, sizeof out[i].dtype, "%s",
+                 loom_dtype_name(t->dtype));
+        out[i].ndim = t->ndim;
+        for (int d = 0; d < t->ndim; d++)
+            out[i].shape[d] = t->shape[d];
+        out[i].data = t->data;
+        out[i].nbytes = t->nbytes;
+    }
+    return n;
+}
+
+static int st_index(const st_entry *t, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name))
+            return i;
+    return -1;
+}
+
+START_TEST(broken_tensors)
+{
+    const char *t = "models/qwen35-tiny";
+    st_entry ents[128];
+    loom_st *st = NULL;
+    int n = st_read(t, &st, ents, 128);
+    char path[1024];
+    const char *missing[] = {"model.layers.2.linear_attn.in_proj_z.weight",
+                             "model.layers.3.self_attn.q_norm.weight",
+                             "model.layers.1.linear_attn.A_log",
+                             "lm_head.weight", "model.norm.weight"};
+    for (size_t m = 0; m < sizeof missing / sizeof *missing; m++) {
+        const char *dir = copy_model(t, "{}", 0);
+        int k = st_index(ents, n, missing[m]);
+        ck_assert_int_ge(k, 0);
+        st_entry e2[128];
+        memcpy(e2, ents, sizeof(st_entry) * (size_t)n);
+        memmove(&e2[k], &e2[k + 1], sizeof(st_entry) * (size_t)(n - k - 1));
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        st_write(path, e2, n - 1);
+        expect_refusal(dir, LOOM_ERR_NOT_FOUND, missing[m], NULL);
+    }
+    /* wrong shapes: a linear weight one row short, a norm too long, conv
+     * taps of the wrong kernel */
+    struct {
+        const char *name;
+        int ndim;
+        int64_t shape[3];
+    } wrong[] = {
+        {"model.layers.0.mlp.up_proj.weight", 2, {159, 64}},
+        {"model.layers.3.self_attn.k_norm.weight", 1, {16}},
+        {"model.layers.0.linear_attn.conv1d.weight", 3, {128, 1, 3}},
+        {"model.layers.1.linear_attn.dt_bias", 1, {2}},
+    };
+    for (size_t w = 0; w < sizeof wrong / sizeof *wrong; w++) {
+        const char *dir = copy_model(t, "{}", 0);
+        int k = st_index(ents, n, wrong[w].name);
+        ck_assert_int_ge(k, 0);
+        st_entry e2[128];
+        memcpy(e2, ents, sizeof(st_entry) * (size_t)n);
+        e2[k].ndim = wrong[w].ndim;
+        uint64_t count = 1;
+        for (int d = 0; d < wrong[w].ndim; d++) {
+            e2[k].shape[d] = wrong[w].shape[d];
+            count *= (uint64_t)wrong[w].shape[d];
+        }
+        e2[k].nbytes = count * 2; /* BF16, fewer bytes than the original */
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        st_write(path, e2, n);
+        loom_engine *e = NULL;
+        loom_err err = {{0}};
+        loom_status s = open_model(dir, 0, &e, &err);
+        ck_assert_msg(s == LOOM_ERR_FORMAT || s == LOOM_ERR_INVALID,
+                      "%s: status %d (%s)", wrong[w].name, s, err.msg);
+        ck_assert_msg(strstr(err.msg, wrong[w].name) != NULL,
+                      "'%s' does not name %s", err.msg, wrong[w].name);
+    }
+    loom_st_close(st);
+}
+END_TEST
+
+/* qwen35-tiny rewritten as a Qwen3-Next checkpoint (fused in_proj_qkvz and
+ * in_proj_ba grouped by key head, no experts) computes the same function, so
+ * it must give the same logits as the original. */
+START_TEST(qwen3_next_layout)
+{
+    const char *t = "models/qwen35-tiny";
+    st_entry ents[128], out[128];
+    loom_st *st = NULL;
+    int n = st_read(t, &st, ents, 128), m = 0;
+    const int64_t Hk = 2, Hv = 4, dk = 16, dv = 16, H = 64, r = Hv / Hk;
+    const int64_t kd = Hk * dk, vd = Hv * dv;
+    for (int i = 0; i < n; i++) {
+        const char *nm = ents[i].name;
+        if (strstr(nm, "in_proj_z") || strstr(nm, "in_proj_b.") ||
+            strstr(nm, "in_proj_a."))
+            continue; /* folded into the fused tensors below */
+        if (!strstr(nm, "in_proj_qkv.")) {
+            out[m++] = ents[i];
+            continue;
+        }
+        char base[120];
+        snprintf(base, sizeof base, "%.*s",
+                 (int)(strstr(nm, "in_proj_qkv") - nm), nm);
+        char zn[200], bn[200], an[200];
+        snprintf(zn, sizeof zn, "%sin_proj_z.weight", base);
+        snprintf(bn, sizeof bn, "%sin_proj_b.weight", base);
+        snprintf(an, sizeof an, "%sin_proj_a.weight", base);
+        const uint16_t *qkv = ents[i].data;
+        const uint16_t *z = ents[st_index(ents, n, zn)].data;
+        const uint16_t *b = ents[st_index(ents, n, bn)].data;
+        const uint16_t *a = ents[st_index(ents, n, an)].data;
+        /* qkvz rows: per key head gi: q(dk) k(dk) v(r*dv) z(r*dv) */
+        int64_t rows = 2 * kd + 2 * vd, gw = 2 * dk + 2 * r * dv;
+        uint16_t *f = malloc((size_t)(rows * H) * 2);
+        for (int64_t gi = 0; gi < Hk; gi++) {
+            uint16_t *g0 = f + gi * gw * H;
+            memcpy(g0, qkv + gi * dk * H, (size_t)(dk * H) * 2);
+            memcpy(g0 + dk * H, qkv + (kd + gi * dk) * H, (size_t)(dk * H) * 2);
+            memcpy(g0 + 2 * dk * H, qkv + (2 * kd + gi * r * dv) * H,
+                   (size_t)(r * dv * H) * 2);
+            memcpy(g0 + (2 * dk + r * dv) * H, z + gi * r * dv * H,
+                   (size_t)(r * dv * H) * 2);
+        }
+        uint16_t *ba = malloc((size_t)(2 * Hv * H) * 2);
+        for (int64_t gi = 0; gi < Hk; gi++) {
+            memcpy(ba + gi * 2 * r * H, b + gi * r * H, (size_t)(r * H) * 2);
+            memcpy(ba + (gi * 2 * r + r) * H, a + gi * r * H,
+                   (size_t)(r * H) * 2);
+        }
+        st_entry q = ents[i];
+        snprintf(q.name, sizeof q.name, "%sin_proj_qkvz.weight", base);
+        q.shape[0] = rows;
+        q.data = q.owned = f;
+        q.nbytes = (uint64_t)(rows * H) * 2;
+        out[m++] = q;
+        st_entry e2 = ents[i];
+        snprintf(e2.name, sizeof e2.name, "%sin_proj_ba.weight", base);
+        e2.shape[0] = 2 * Hv;
+        e2.data = e2.owned = ba;
+        e2.nbytes = (uint64_t)(2 * Hv * H) * 2;
+        out[m++] = e2;
+    }
+    const char *dir =
+        copy_model(t,
+                   "{\"model_type\": \"qwen3_next\", \"architectures\": "
+                   "[\"Qwen3NextForCausalLM\"], \"num_experts\": 0}",
+                   0);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    st_write(path, out, m);
+    for (int i = 0; i < m; i++)
+        free(out[i].owned);
+    loom_st_close(st);
+
+    golden g;
+    load_golden(t, &g);
+    size_t cnt = (size_t)g.n * g.vocab;
+    float *l1 = malloc(cnt * 4), *l2 = malloc(cnt * 4);
+    loom_engine *e = open_ok(fixture(t));
+    loom_cache *c = new_cache(e);
+    feed_ok(e, c, 0, g.ids, g.n, g.n, LOOM_ROW_LOGITS, l1);
+    e->family->cache_free(e->model, c);
+    loom_engine_close(e);
+    e = open_ok(dir);
+    c = new_cache(e);
+    feed_ok(e, c, 0, g.ids, g.n, 5, LOOM_ROW_LOGITS, l2);
+    e->family->cache_free(e->model, c);
+    loom_engine_close(e);
+    ck_assert_double_le(rel_err(l2, l1, cnt), 1e-6);
+    ck_assert_double_le(rel_err(l2, g.logits, cnt), 1e-4);
+    free(l1);
+    free(l2);
+    free(g.logits);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("qwen35");
+    TCase *ref = tcase_create("reference");
+    tcase_set_timeout(ref, 120);
+    tcase_add_test(ref, reference_tiny);
+    tcase_add_test(ref, reference_vl_tiny);
+    tcase_add_test(ref, reference_ref2);
+    tcase_add_test(ref, describe_and_geometry);
+    suite_add_tcase(s, ref);
+    TCase *rounds = tcase_create("rounds");
+    tcase_set_timeout(rounds, 120);
+    tcase_add_test(rounds, chunked_prompt);
+    tcase_add_test(rounds, two_streams);
+    tcase_add_test(rounds, commit_windows);
+    tcase_add_test(rounds, commit_errors_and_repeats);
+    tcase_add_test(rounds, forward_refusals);
+    suite_add_tcase(s, rounds);
+    TCase *broken = tcase_create("broken");
+    tcase_set_timeout(broken, 120);
+    tcase_add_test(broken, broken_geometry);
+    tcase_add_test(broken, broken_tensors);
+    tcase_add_test(broken, qwen3_next_layout);
+    suite_add_tcase(s, broken);
+    return run_suite(s);
+}
