@@ -39,14 +39,29 @@ def rss_bytes(host, port, pid):
     return int(m.group(1)) if m else 0
 
 
-def stream_once(host, port, body, headers):
-    """One streaming request; returns (ok, completion tokens, error text)."""
+def live_streams(host, port):
+    c = http.client.HTTPConnection(host, port, timeout=30)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    a = re.search(r"^loom_streams_active (\d+)", text, re.M)
+    q = re.search(r"^loom_streams_queued (\d+)", text, re.M)
+    return int(a.group(1)) + int(q.group(1))
+
+
+def stream_once(host, port, body, headers, abandon=False):
+    """One streaming request; returns (ok, completion tokens, error text).
+    With abandon, the client hangs up after the first event."""
     c = http.client.HTTPConnection(host, port, timeout=120)
     try:
         c.request("POST", "/v1/completions", body=body, headers=headers)
         r = c.getresponse()
         if r.status != 200:
             return False, 0, f"status {r.status}: {r.read()[:200]!r}"
+        if abandon:
+            first = r.read1(64) if hasattr(r, "read1") else r.read(64)
+            c.sock.close()
+            return first.startswith(b"data: "), 0, "no first event"
         raw = r.read().decode("utf-8", "replace")
         events = [e for e in raw.split("\n\n") if e]
         if not events or events[-1] != "data: [DONE]":
@@ -65,7 +80,8 @@ def stream_once(host, port, body, headers):
         c.close()
 
 
-def run_round(host, port, clients, requests, max_tokens, headers):
+def run_round(host, port, clients, requests, max_tokens, headers,
+              abandon_every=0):
     lock = threading.Lock()
     stats = {"ok": 0, "errors": 0, "tokens": 0, "first_error": ""}
 
@@ -76,7 +92,8 @@ def run_round(host, port, clients, requests, max_tokens, headers):
                 "max_tokens": max_tokens, "temperature": 0.7, "seed": k * 1000 + i,
                 "ignore_eos": True, "stream": True,
                 "stream_options": {"include_usage": True}})
-            ok, toks, err = stream_once(host, port, body, headers)
+            abandon = abandon_every > 0 and (k * requests + i) % abandon_every == 0
+            ok, toks, err = stream_once(host, port, body, headers, abandon)
             with lock:
                 if ok:
                     stats["ok"] += 1
@@ -107,6 +124,8 @@ def main():
     ap.add_argument("--parallel", type=int, default=8)
     ap.add_argument("--api-key", default="")
     ap.add_argument("--rss-bound-mib", type=float, default=16.0)
+    ap.add_argument("--abandon-every", type=int, default=0,
+                    help="every K-th client hangs up after its first event")
     args = ap.parse_args()
 
     proc = None
@@ -136,7 +155,14 @@ def main():
         warm = run_round(host, port, args.clients, 1, args.max_tokens, headers)
         rss1 = rss_bytes(host, port, pid)
         s = run_round(host, port, args.clients, args.requests, args.max_tokens,
-                      headers)
+                      headers, args.abandon_every)
+        # streams whose clients hung up must be gone shortly after
+        active = -1
+        for _ in range(100):
+            active = live_streams(host, port)
+            if active == 0:
+                break
+            time.sleep(0.1)
         rss2 = rss_bytes(host, port, pid)
     finally:
         if proc:
@@ -156,7 +182,9 @@ def main():
     print(f"server RSS: start {rss0 / 2**20:.1f} MiB, after warm-up "
           f"{rss1 / 2**20:.1f} MiB, after run {rss2 / 2**20:.1f} MiB "
           f"(growth {growth:+.1f} MiB, bound {args.rss_bound_mib:.0f} MiB)")
-    bad = errors > 0 or growth > args.rss_bound_mib or (proc and rc != 0)
+    print(f"streams still active after the run: {active}")
+    bad = (errors > 0 or growth > args.rss_bound_mib or active != 0 or
+           (proc and rc != 0))
     print("FAIL" if bad else "PASS")
     sys.exit(1 if bad else 0)
 

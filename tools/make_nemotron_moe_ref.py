@@ -19,7 +19,9 @@ The geometry differs from nemotron-h-tiny on purpose: two MoE blocks with
 group-limited routing (n_group 2, topk_group 1), a non-zero
 e_score_correction_bias (so selection and weighting differ), routed scaling,
 a shared expert, no conv bias, in/out projection biases (use_bias), 2 heads
-per B/C group, one KV head, and tied embeddings.
+per B/C group, one KV head, and tie_word_embeddings. (transformers 5.17 does
+not tie NemotronH's head: the script copies the embeddings into lm_head, so
+the saved lm_head.weight equals the table and either reading is right.)
 
 Usage: make_nemotron_moe_ref.py OUT_DIR
 """

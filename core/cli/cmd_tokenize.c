@@ -212,8 +212,8 @@ int loom_cmd_chat_format(int argc, char **argv)
         extra = json_deep_copy(doc);
         json_object_del(extra, "messages");
     }
-    loom_status st = loom_chat_template_render(tpl, messages, gen, extra,
-                                               &text, &err);
+    loom_status st =
+        loom_chat_template_render(tpl, messages, gen, extra, &text, &err);
     json_decref(extra);
     if (st != LOOM_OK)
         goto done;

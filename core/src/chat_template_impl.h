@@ -1,5 +1,7 @@
-/* The chat template's syntax tree, shared by chat_template.c (lexer,
- * parser, API) and chat_template_eval.c (the interpreter). */
+/* The chat template's internals, shared by its files: chat_template_lex.c
+ * (tokens), chat_template_parse.c (syntax tree), chat_template_value.c
+ * (values with Python semantics), chat_template_eval.c (the interpreter) and
+ * chat_template.c (the public API). */
 #ifndef LOOM_CHAT_TEMPLATE_IMPL_H
 #define LOOM_CHAT_TEMPLATE_IMPL_H
 
@@ -9,32 +11,32 @@
 
 typedef enum ct_kind {
     /* expressions */
-    CT_LIT,     /* lit */
-    CT_NAME,    /* name */
-    CT_ATTR,    /* a.name */
-    CT_ITEM,    /* a[b] */
-    CT_SLICE,   /* a[b:c:d], absent parts NULL */
-    CT_CALL,    /* a(args, kw=...) */
-    CT_FILTER,  /* a | name(args) */
-    CT_TEST,    /* a is [not] name(args); neg */
-    CT_NOT,     /* not a */
-    CT_NEG,     /* -a */
-    CT_BINOP,   /* a op b: + - * / // % ** ~ == != < > <= >= in notin */
-    CT_AND,     /* a and b */
-    CT_OR,      /* a or b */
-    CT_COND,    /* b if a else c */
-    CT_LIST,    /* [args] (and tuples) */
-    CT_DICT,    /* {args[2i]: args[2i+1]} */
+    CT_LIT,    /* lit */
+    CT_NAME,   /* name */
+    CT_ATTR,   /* a.name */
+    CT_ITEM,   /* a[b] */
+    CT_SLICE,  /* a[b:c:d], absent parts NULL */
+    CT_CALL,   /* a(args, kw=...) */
+    CT_FILTER, /* a | name(args) */
+    CT_TEST,   /* a is [not] name(args); neg */
+    CT_NOT,    /* not a */
+    CT_NEG,    /* -a */
+    CT_BINOP,  /* a op b: + - * / // % ** ~ == != < > <= >= in notin */
+    CT_AND,    /* a and b */
+    CT_OR,     /* a or b */
+    CT_COND,   /* b if a else c */
+    CT_LIST,   /* [args] (and tuples) */
+    CT_DICT,   /* {args[2i]: args[2i+1]} */
     /* statements */
-    CT_TEXT,    /* name holds the text */
-    CT_OUTPUT,  /* {{ a }} */
-    CT_IF,      /* if a: body else: orelse */
-    CT_FOR,     /* for targets in a [if b]: body else: orelse */
-    CT_SET,     /* set target(s) = a, or a block set (body) */
+    CT_TEXT,   /* name holds the text */
+    CT_OUTPUT, /* {{ a }} */
+    CT_IF,     /* if a: body else: orelse */
+    CT_FOR,    /* for targets in a [if b]: body else: orelse */
+    CT_SET,    /* set target(s) = a, or a block set (body) */
     CT_BREAK,
     CT_CONTINUE,
-    CT_MACRO,   /* macro name(params=defaults): body */
-    CT_BLOCK,   /* a plain body (generation blocks) */
+    CT_MACRO, /* macro name(params=defaults): body */
+    CT_BLOCK, /* a plain body (generation blocks) */
 } ct_kind;
 
 typedef struct ct_node ct_node;
@@ -53,8 +55,8 @@ struct ct_node {
     size_t name_len; /* CT_TEXT */
     json_t *lit;     /* CT_LIT */
     ct_node *a, *b, *c;
-    ct_list args;    /* positional args, list items, dict pairs */
-    ct_list kwargs;  /* CT_LIT nodes named by kwnames */
+    ct_list args;   /* positional args, list items, dict pairs */
+    ct_list kwargs; /* CT_LIT nodes named by kwnames */
     char **kwnames;
     size_t n_kw;
     /* CT_FOR: targets (names); CT_SET: targets (a name, or ns + attr);
@@ -71,6 +73,76 @@ struct loom_chat_template {
 };
 
 void loom__ct_free_list(ct_list *l);
+/* strdup is POSIX, not C11. */
+char *loom__ct_strdup(const char *s);
+
+/* ---- tokens (chat_template_lex.c) */
+typedef enum tk_type {
+    TK_TEXT,
+    TK_VAR_BEGIN,
+    TK_VAR_END,
+    TK_BLOCK_BEGIN,
+    TK_BLOCK_END,
+    TK_NAME,
+    TK_STRING,
+    TK_INT,
+    TK_FLOAT,
+    TK_OP,
+    TK_EOF,
+} tk_type;
+
+typedef struct tk {
+    tk_type type;
+    int line;
+    char *s; /* text, name, string value or operator */
+    size_t len;
+    json_int_t i;
+    double f;
+} tk;
+
+/* Splits SRC (universal newlines already applied) into tokens, ending with
+ * TK_EOF. Errors name the template line. */
+loom_status loom__ct_lex(const char *src, size_t len, tk **out, size_t *n,
+                         loom_err *err);
+void loom__ct_tokens_free(tk *v, size_t n);
+
+/* ---- syntax tree (chat_template_parse.c) */
+/* Parses the tokens into BODY; on failure BODY is left empty. */
+loom_status loom__ct_parse(tk *v, size_t n, ct_list *body, loom_err *err);
+
+/* ---- values and their Python spellings (chat_template_value.c) */
+typedef struct ct_buf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} ct_buf;
+void loom__ct_sb_add(ct_buf *b, const char *s, size_t len);
+void loom__ct_sb_str(ct_buf *b, const char *s);
+const char *loom__ct_type_name(json_t *v); /* Python's name; NULL: undefined */
+int loom__ct_truthy(json_t *v);
+int loom__ct_is_num(json_t *v); /* int, float or bool */
+double loom__ct_num(json_t *v);
+int loom__ct_is_int(json_t *v); /* int or bool */
+json_int_t loom__ct_inum(json_t *v);
+/* json.dumps(v, ensure_ascii=False, indent=INDENT or None when < 0) */
+void loom__ct_to_json(ct_buf *b, json_t *v, int indent, int level);
+/* str(v), or repr for strings inside containers when !TOP */
+void loom__ct_py_str(ct_buf *b, json_t *v, int top);
+json_t *loom__ct_str_of(json_t *v);
+int loom__ct_equal(json_t *a, json_t *b);
+size_t loom__ct_u8_count(const char *s, size_t len);
+size_t loom__ct_u8_offset(const char *s, size_t len, size_t idx);
+size_t loom__ct_u8_len_at(const char *s, size_t len);
+/* str.strip/lstrip/rstrip (CHARS NULL: white space) */
+json_t *loom__ct_strip(json_t *v, json_t *chars, int left, int right);
+json_t *loom__ct_split(json_t *v, json_t *sep, json_int_t maxsplit);
+json_t *loom__ct_replace(json_t *v, json_t *from, json_t *to, json_int_t count);
+/* mode 0 lower, 1 upper, 2 title, 3 capitalize (ASCII letters) */
+json_t *loom__ct_change_case(json_t *v, int mode);
+/* v[a:b:step] of a list or str; NULL on a zero step */
+json_t *loom__ct_slice(json_t *v, json_t *a, json_t *b, json_t *step);
+/* v[k] of a dict, list or str; NULL when absent */
+json_t *loom__ct_item(json_t *v, json_t *k);
 
 /* Renders the parsed body into *out (malloc'd). */
 loom_status loom__ct_render(const loom_chat_template *t, json_t *vars,

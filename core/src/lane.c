@@ -1,6 +1,7 @@
 /* The lane: the scheduler that packs many streams' prompt chunks and decode
  * rows into one forward per round, samples, detokenizes, applies the stop
  * conditions and delivers tokens to each stream's callback. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,15 @@
 #include <loom/tokenizer.h>
 
 enum stream_state { ST_QUEUED, ST_PREFILL, ST_DECODE, ST_DONE };
+
+struct stream;
+/* One stream's draw in a round. */
+typedef struct draw_job {
+    struct stream *s;
+    const float *logits;
+    int32_t position; /* of the drawn token */
+    loom_sample_result res;
+} draw_job;
 
 typedef struct stream {
     uint64_t id;
@@ -81,7 +91,8 @@ struct loom_lane {
     loom_row *rows;
     stream **row_stream;
     float *logits;
-    char *text; /* the current event's text */
+    draw_job *jobs; /* max_streams */
+    char *text;     /* the current event's text */
     size_t n_text, cap_text;
 
     /* stats (under mu) */
@@ -89,6 +100,7 @@ struct loom_lane {
     double ttft_sum;
     uint64_t ttft_n;
     uint64_t win_t0, win_prefill, win_decode;
+    uint64_t t_last_round;
 };
 
 const char *loom_finish_name(loom_finish f)
@@ -197,7 +209,12 @@ static int text_push(loom_lane *lane, stream *s, int32_t token, loom_err *err)
     if (lane->tok) {
         const char *t;
         size_t n;
-        if (loom_detok_push(s->detok, token, &t, &n, err) != LOOM_OK)
+        loom_status rc = loom_detok_push(s->detok, token, &t, &n, err);
+        /* models pad their vocabulary past the tokenizer's (Qwen: 151936
+         * logits, 151669 tokens): such an id has no text */
+        if (rc == LOOM_ERR_INVALID)
+            return 0;
+        if (rc != LOOM_OK)
             return -1;
         return held_append(s, t, n);
     }
@@ -224,6 +241,8 @@ static void text_reset(loom_lane *lane)
 /* Moves the first n held bytes to the end of the event's text. */
 static void text_release(loom_lane *lane, stream *s, size_t n)
 {
+    if (n == 0)
+        return; /* held may still be NULL */
     if (!reserve(&lane->text, &lane->cap_text, lane->n_text + n + 1)) {
         memcpy(lane->text + lane->n_text, s->held, n);
         lane->n_text += n;
@@ -360,6 +379,8 @@ void loom_lane_get_stats(loom_lane *lane, loom_lane_stats *out)
     out->pool_total = lane->n_pool_total;
     out->pool_free = lane->n_pool_free;
     out->ttft_avg_s = lane->ttft_n ? lane->ttft_sum / (double)lane->ttft_n : 0;
+    if (loom_now_ns() - lane->t_last_round > 2000000000ull)
+        out->prefill_tok_s = out->decode_tok_s = 0; /* idle: no rate */
     loom_mutex_unlock(lane->mu);
 }
 
@@ -462,11 +483,13 @@ loom_status loom_lane_new(const loom_lane_params *p, loom_lane **out,
         (loom_row *)malloc(sizeof(loom_row) * (size_t)lane->round_tokens);
     lane->row_stream =
         (stream **)malloc(sizeof(stream *) * (size_t)lane->round_tokens);
+    lane->jobs =
+        (draw_job *)malloc(sizeof(draw_job) * (size_t)lane->max_streams);
     /* one logits row per active stream at most (no windows yet) */
     lane->logits = (float *)malloc(sizeof(float) * (size_t)lane->vocab *
                                    (size_t)lane->max_streams);
     if (!lane->mu || !lane->cv || !lane->pool || !lane->rows ||
-        !lane->row_stream || !lane->logits ||
+        !lane->row_stream || !lane->logits || !lane->jobs ||
         reserve(&lane->text, &lane->cap_text, 256)) {
         loom_lane_free(lane);
         return loom_err_set(err, LOOM_ERR_NOMEM,
@@ -645,10 +668,10 @@ static void deliver(loom_lane *lane, stream *s, const loom_sample_result *res,
     int has_text = lane->tok || lane->piece;
     if (has_text) {
         loom_err err;
+        snprintf(err.msg, sizeof err.msg, "out of memory");
         if (text_push(lane, s, tok, &err)) {
-            stream_error(lane, s,
-                         "detokenizing failed (out of memory or "
-                         "bad token)");
+            loom_err_prefix(&err, "detokenizing token %d", tok);
+            stream_error(lane, s, err.msg);
             return;
         }
         long at = s->n_stop ? stop_find(s, s->held, s->n_held) : -1;
@@ -732,6 +755,14 @@ static void reap(loom_lane *lane)
         stream_free(dead);
         dead = n;
     }
+}
+
+static void LOOM_ABI draw_range(void *ctx, int64_t begin, int64_t end)
+{
+    draw_job *jobs = (draw_job *)ctx;
+    for (int64_t j = begin; j < end; j++)
+        loom_sampler_sample(jobs[j].s->sampler, jobs[j].logits,
+                            jobs[j].position, &jobs[j].res);
 }
 
 static loom_status step(loom_lane *lane, int32_t *n_rows_out, loom_err *err)
@@ -845,8 +876,9 @@ static loom_status step(loom_lane *lane, int32_t *n_rows_out, loom_err *err)
         return rc;
     }
 
-    /* 6. positions advance; sample and deliver in row order */
-    int32_t k = 0;
+    /* 6. positions advance; the streams' draws are independent, so they
+     * run over the thread pool; delivery stays in row order */
+    int32_t k = 0, nj = 0;
     for (int32_t r = 0; r < nr; r++) {
         stream *s = lane->row_stream[r];
         const loom_row *row = &lane->rows[r];
@@ -857,23 +889,31 @@ static loom_status step(loom_lane *lane, int32_t *n_rows_out, loom_err *err)
             continue;
         const float *lg = lane->logits + (size_t)k * (size_t)lane->vocab;
         k++;
-        if (s->state == ST_DONE)
-            continue;
         if (s->state == ST_PREFILL)
             s->state = ST_DECODE;
-        loom_sample_result res;
-        loom_sampler_sample(s->sampler, lg, row->position + 1, &res);
-        deliver(lane, s, &res, t1);
+        lane->jobs[nj++] = (draw_job){s, lg, row->position + 1, {0}};
     }
+    if (nj > 1 && lane->eng->pool)
+        loom_pool_run(lane->eng->pool, nj, draw_range, lane->jobs);
+    else
+        draw_range(lane->jobs, 0, nj);
+    for (int32_t j = 0; j < nj; j++)
+        deliver(lane, lane->jobs[j].s, &lane->jobs[j].res, t1);
 
     loom_mutex_lock(lane->mu);
     lane->st.rounds++;
     lane->st.prompt_tokens += (uint64_t)n_prompt_rows;
     lane->st.generated_tokens += (uint64_t)n_logit_rows;
     lane->st.forward_s += (double)(t1 - t0) * 1e-9;
+    if (t0 - lane->t_last_round > 2000000000ull) {
+        /* after an idle spell the rate window starts with this round */
+        lane->win_t0 = t0;
+        lane->win_prefill = lane->win_decode = 0;
+    }
     lane->win_prefill += (uint64_t)n_prompt_rows;
     lane->win_decode += (uint64_t)n_logit_rows;
     uint64_t now = loom_now_ns();
+    lane->t_last_round = now;
     if (now - lane->win_t0 >= 1000000000ull) {
         double dt = (double)(now - lane->win_t0) * 1e-9;
         lane->st.prefill_tok_s = (double)lane->win_prefill / dt;
@@ -976,6 +1016,7 @@ void loom_lane_free(loom_lane *lane)
     free(lane->rows);
     free(lane->row_stream);
     free(lane->logits);
+    free(lane->jobs);
     free(lane->text);
     if (lane->cv)
         loom_cond_free(lane->cv);

@@ -97,12 +97,18 @@ uint64_t loom_sample_bits(uint64_t seed, int32_t position, int32_t token)
     return ((uint64_t)out[0] << 32) | out[1];
 }
 
+/* Gumbel noise from the generator's 53 bits (see loom_sample_gumbel). */
+static double gumbel_of_bits(uint64_t b53)
+{
+    double u = ((double)b53 + 0.5) * (1.0 / 9007199254740992.0);
+    return -log(-log(u));
+}
+
 double loom_sample_gumbel(uint64_t seed, int32_t position, int32_t token)
 {
     /* 53 bits, offset by half a step so u is never 0 or 1 */
     uint64_t b = loom_sample_bits(seed, position, token) >> 11;
-    double u = ((double)b + 0.5) * (1.0 / 9007199254740992.0);
-    return -log(-log(u));
+    return gumbel_of_bits(b);
 }
 
 /* ---------------------------------------------------------------- steps */
@@ -116,23 +122,50 @@ int32_t loom_sample_argmax(const float *logits, int32_t vocab)
     return best;
 }
 
+#define N_PRUNE 12
+
 int32_t loom_sample_draw(const float *logits, int32_t vocab, uint64_t seed,
                          int32_t position)
 {
-    int32_t best = -1;
-    double best_v = -INFINITY;
+    /* Exact pruning: the noise a token needs to win is d = best - logit;
+     * noise below d_k comes from bits below U_k = 2^53 exp(-exp(-d_k))
+     * (less a margin far above rounding), so such tokens are skipped
+     * without the two logarithms. Starting from the best logit's token
+     * makes d large for most of the vocabulary. */
+    static const double dk[N_PRUNE] = {0.5, 1, 1.5, 2,  3,  4,
+                                       6,   8, 12,  16, 24, 36};
+    uint64_t uk[N_PRUNE];
+    for (int i = 0; i < N_PRUNE; i++)
+        uk[i] = (uint64_t)(exp(-exp(-dk[i])) * 9007199254740992.0) -
+                ((uint64_t)1 << 20);
+    int32_t a = -1;
+    for (int32_t t = 0; t < vocab; t++)
+        if (logits[t] > -INFINITY && (a < 0 || logits[t] > logits[a]))
+            a = t;
+    if (a < 0) /* all masked (or NaN): cannot come from the chain */
+        return loom_sample_argmax(logits, vocab);
+    int32_t best = a;
+    double best_v = (double)logits[a] +
+                    gumbel_of_bits(loom_sample_bits(seed, position, a) >> 11);
     for (int32_t t = 0; t < vocab; t++) {
-        if (!(logits[t] > -INFINITY))
+        if (t == a || !(logits[t] > -INFINITY))
             continue; /* masked (or NaN): never drawn */
-        double v = (double)logits[t] + loom_sample_gumbel(seed, position, t);
-        if (best < 0 || v > best_v) {
+        uint64_t b = loom_sample_bits(seed, position, t) >> 11;
+        double d = best_v - (double)logits[t];
+        if (d >= dk[0]) {
+            int k = 0;
+            while (k + 1 < N_PRUNE && d >= dk[k + 1])
+                k++;
+            if (b < uk[k])
+                continue; /* its noise is below d_k <= d: cannot win */
+        }
+        double v = (double)logits[t] + gumbel_of_bits(b);
+        if (v > best_v || (v == best_v && t < best)) {
             best = t;
             best_v = v;
         }
     }
-    /* everything masked cannot happen through the chain (the best token
-     * always stays); fall back to argmax for a caller's all -inf row */
-    return best >= 0 ? best : loom_sample_argmax(logits, vocab);
+    return best;
 }
 
 void loom_sample_apply_penalties(const loom_sample_params *p, float *logits,
@@ -193,7 +226,7 @@ static void mask_after(float *logits, int32_t vocab, scored last)
  * best-first prefix that top-k / top-p keep is every bucket before the one
  * where the count or mass crosses the limit, plus a sorted prefix of that
  * one bucket. One pass instead of a sort of the vocabulary. */
-#define NB 2048
+#define NB       2048
 #define NB_WIDTH 32.0
 
 typedef struct buckets {

@@ -253,10 +253,15 @@ static void job_wait(srv_job *j, int *gone)
 {
     *gone = 0;
     loom_mutex_lock(j->mu);
+    uint64_t next_check = loom_now_ns() + SRV_POLL_MS * 1000000ull;
     while (!j->done && j->text.len == 0 && j->n_lp == 0) {
-        if (loom_cond_timedwait(j->cv, j->mu, SRV_POLL_MS) == 0)
+        loom_cond_timedwait(j->cv, j->mu, SRV_POLL_MS);
+        /* by the clock: empty-text tokens signal without news */
+        uint64_t now = loom_now_ns();
+        if (j->cancel || now < next_check)
             continue;
-        if (!j->cancel && loom_socket_peer_gone(j->fd)) {
+        next_check = now + SRV_POLL_MS * 1000000ull;
+        if (loom_socket_peer_gone(j->fd)) {
             *gone = 1;
             return;
         }
@@ -282,7 +287,7 @@ static enum MHD_Result reply(srv_conn *cn, int status, const char *type,
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", type);
-    if (status == 429)
+    if (status == 429 || status == 503)
         MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401)
         MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
@@ -476,6 +481,22 @@ static enum MHD_Result handle_models(srv_conn *cn)
                  srv_models_json(srv->model_name, srv->created));
 }
 
+/* GET /v1/models/{id}: the model when the id is the one served. */
+static enum MHD_Result handle_model(srv_conn *cn, const char *id)
+{
+    loom_server *srv = cn->srv;
+    int stopping;
+    if (!is_ready(srv, &stopping))
+        return fail(cn, 503, "server_error", "model_loading", NULL,
+                    "the model is still loading");
+    if (strcmp(id, srv->model_name) != 0)
+        return fail(cn, 404, "invalid_request_error", "model_not_found",
+                    "model", "no model '%s' here; this server has '%s'", id,
+                    srv->model_name);
+    return reply(cn, 200, "application/json",
+                 srv_model_json(srv->model_name, srv->created));
+}
+
 /* Token ids of a request's prompt. Returns 0 or -1 with e filled. */
 static int prompt_ids(loom_server *srv, const srv_request *rq, int32_t **ids,
                       int32_t *n, srv_error *e)
@@ -610,9 +631,15 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
     /* not streaming: wait here (one thread per connection) for the end,
      * looking now and then whether the client is still there */
     loom_mutex_lock(j->mu);
+    uint64_t next_check = loom_now_ns();
     while (!j->done) {
-        if (loom_cond_timedwait(j->cv, j->mu, SRV_POLL_MS) != 0 && !j->cancel &&
-            loom_socket_peer_gone(j->fd)) {
+        loom_cond_timedwait(j->cv, j->mu, SRV_POLL_MS);
+        /* by the clock: tokens keep signalling, so timeouts may never come */
+        uint64_t now = loom_now_ns();
+        if (j->cancel || now < next_check)
+            continue;
+        next_check = now + SRV_POLL_MS * 1000000ull;
+        if (loom_socket_peer_gone(j->fd)) {
             loom_mutex_unlock(j->mu);
             job_cancel(j, 1);
             loom_mutex_lock(j->mu);
@@ -672,6 +699,9 @@ typedef struct srv_route {
     const char *method; /* GET routes answer HEAD as well */
 } srv_route;
 
+/* /v1/models/{id} */
+static const srv_route MODEL_ROUTE = {"/v1/models/", "GET"};
+
 static const srv_route ROUTES[] = {
     {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
     {"/v1/models", "GET"},       {"/health", "GET"},
@@ -688,6 +718,9 @@ static enum MHD_Result dispatch(srv_conn *cn)
     for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
         if (strcmp(url, ROUTES[i].path) == 0)
             route = &ROUTES[i];
+    if (strncmp(url, MODEL_ROUTE.path, strlen(MODEL_ROUTE.path)) == 0 &&
+        url[strlen(MODEL_ROUTE.path)])
+        route = &MODEL_ROUTE;
     if (!route)
         return fail(cn, 404, "invalid_request_error", "not_found", NULL,
                     "no route %s %s", cn->method, url);
@@ -723,6 +756,8 @@ static enum MHD_Result dispatch(srv_conn *cn)
         return handle_generate(cn, SRV_CHAT);
     if (route == &ROUTES[2])
         return handle_models(cn);
+    if (route == &MODEL_ROUTE)
+        return handle_model(cn, url + strlen(MODEL_ROUTE.path));
     if (route == &ROUTES[3])
         return handle_health(cn);
     return handle_metrics(cn);

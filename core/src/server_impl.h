@@ -188,8 +188,9 @@ int srv_chunk_sse(srv_buf *out, const srv_result *r, int logprobs,
                   int usage_chunk);
 /* "finish_reason" for a lane finish: "stop", "length", ... */
 const char *srv_finish_reason(loom_finish f);
-/* GET /v1/models body (malloc'd). */
+/* GET /v1/models and GET /v1/models/{id} bodies (malloc'd). */
 char *srv_models_json(const char *model, int64_t created);
+char *srv_model_json(const char *model, int64_t created);
 
 /* ---------------------------------------------------------------- prompts */
 

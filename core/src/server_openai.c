@@ -740,13 +740,27 @@ int srv_chunk_sse(srv_buf *out, const srv_result *r, int logprobs,
     return rc;
 }
 
-char *srv_models_json(const char *model, int64_t created)
+static json_t *model_object(const char *model, int64_t created)
 {
     json_t *m = json_object();
     json_object_set_new(m, "id", srv_json_text(model, strlen(model)));
     json_object_set_new(m, "object", json_string("model"));
     json_object_set_new(m, "created", json_integer(created));
     json_object_set_new(m, "owned_by", json_string("loom"));
+    return m;
+}
+
+char *srv_model_json(const char *model, int64_t created)
+{
+    json_t *m = model_object(model, created);
+    char *s = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(m);
+    return s;
+}
+
+char *srv_models_json(const char *model, int64_t created)
+{
+    json_t *m = model_object(model, created);
     json_t *data = json_array();
     json_array_append_new(data, m);
     json_t *o = json_object();

@@ -12,7 +12,8 @@ loom_status loom__tok_ids_push(tok_ids *a, int32_t id, loom_err *err)
         size_t cap = a->cap ? a->cap * 2 : 64;
         int32_t *v = realloc(a->v, cap * sizeof *v);
         if (!v)
-            return loom_err_set(err, LOOM_ERR_NOMEM, "tokenizer: out of memory");
+            return loom_err_set(err, LOOM_ERR_NOMEM,
+                                "tokenizer: out of memory");
         a->v = v;
         a->cap = cap;
     }
@@ -45,9 +46,8 @@ uint64_t loom__tok_hash(const void *data, size_t len)
 
 /* ------------------------------------------------------------ string map */
 
-static loom_status strmap_grow(tok_strmap *m, loom_err *err)
+static loom_status strmap_grow_to(tok_strmap *m, size_t cap, loom_err *err)
 {
-    size_t cap = m->cap ? m->cap * 2 : 64;
     tok_strmap n = {0};
     n.key = calloc(cap, sizeof *n.key);
     n.klen = calloc(cap, sizeof *n.klen);
@@ -71,6 +71,19 @@ static loom_status strmap_grow(tok_strmap *m, loom_err *err)
     loom__tok_strmap_free(m);
     *m = n;
     return LOOM_OK;
+}
+
+static loom_status strmap_grow(tok_strmap *m, loom_err *err)
+{
+    return strmap_grow_to(m, m->cap ? m->cap * 2 : 64, err);
+}
+
+loom_status loom__tok_strmap_reserve(tok_strmap *m, size_t n, loom_err *err)
+{
+    size_t cap = m->cap ? m->cap : 64;
+    while (cap < n * 2 + 2)
+        cap *= 2;
+    return cap > m->cap ? strmap_grow_to(m, cap, err) : LOOM_OK;
 }
 
 loom_status loom__tok_strmap_put(tok_strmap *m, const char *key, size_t len,
@@ -396,8 +409,7 @@ loom_status loom__tok_bpe_word(tok_enc *e, const char *s, size_t len)
     if (len == 0)
         return LOOM_OK;
     if (len == 1 && tok->byte_id[(uint8_t)s[0]] >= 0)
-        return loom__tok_ids_push(&e->out, tok->byte_id[(uint8_t)s[0]],
-                                  e->err);
+        return loom__tok_ids_push(&e->out, tok->byte_id[(uint8_t)s[0]], e->err);
     if (tok->ignore_merges) {
         int32_t id = vocab_lookup_bytes(tok, s, len);
         if (id >= 0)

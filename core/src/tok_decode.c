@@ -77,10 +77,9 @@ static loom_status check_id(const loom_tokenizer *tok, int32_t id,
     return LOOM_OK;
 }
 
-loom_status loom_tokenizer_decode(const loom_tokenizer *tok,
-                                  const int32_t *ids, size_t n,
-                                  int skip_special, char **text, size_t *len,
-                                  loom_err *err)
+loom_status loom_tokenizer_decode(const loom_tokenizer *tok, const int32_t *ids,
+                                  size_t n, int skip_special, char **text,
+                                  size_t *len, loom_err *err)
 {
     tok_buf raw = {0}, out = {0};
     loom_status st = LOOM_OK;

@@ -115,9 +115,9 @@ static loom_status unicode_form(const char *s, size_t len, tok_norm_kind kind,
         break;
     }
     utf8proc_uint8_t *dst = NULL;
-    utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)s,
-                                      (utf8proc_ssize_t)len, &dst,
-                                      (utf8proc_option_t)opt);
+    utf8proc_ssize_t n =
+        utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, &dst,
+                     (utf8proc_option_t)opt);
     if (n < 0)
         return loom_err_set(err, LOOM_ERR_INVALID,
                             "tokenizer: normalization failed: %s",
@@ -340,6 +340,7 @@ static loom_status load_pre_one(loom_tokenizer *tok, json_t *node,
         loom_status st = add_step(tok, &p, err);
         if (st != LOOM_OK)
             return st;
+        tok->byte_level = 1;
         p->add_prefix_space =
             json_is_true(json_object_get(node, "add_prefix_space"));
         /* use_regex defaults to true in the reference. */
@@ -396,7 +397,8 @@ static int find(tok_enc *e, const tok_pre *p, const char *s, size_t len,
     /* The JIT's small default stack can run out on pathological input; the
      * interpreter keeps its frames on the heap. */
     if (!p->jit || rc == PCRE2_ERROR_JIT_STACKLIMIT)
-        rc = pcre2_match(p->re, (PCRE2_SPTR)s, len, off, PCRE2_NO_UTF_CHECK,
+        rc = pcre2_match(p->re, (PCRE2_SPTR)s, len, off,
+                         PCRE2_NO_UTF_CHECK | (p->jit ? PCRE2_NO_JIT : 0),
                          e->md, NULL);
     if (rc == PCRE2_ERROR_NOMATCH)
         return 0;
@@ -453,8 +455,8 @@ static loom_status split_general(tok_enc *e, size_t step, const char *s,
             break;
         if (me == ms) {
             uint32_t cp;
-            off = ms + (ms < len ? loom__utf8_decode(s + ms, len - ms, &cp)
-                                 : 1);
+            off =
+                ms + (ms < len ? loom__utf8_decode(s + ms, len - ms, &cp) : 1);
             continue;
         }
         if ((ms > prev && !segs_push(&sg, prev, ms, 0)) ||
@@ -563,17 +565,17 @@ loom_status loom__tok_pretokenize(tok_enc *e, size_t step, const char *s,
         int rc = find(e, p, s, len, off, &ms, &me);
         if (rc < 0)
             return loom_err_set(e->err, LOOM_ERR_INVALID,
-                                "tokenizer: regex match failed (PCRE2 %d)",
-                                rc);
+                                "tokenizer: regex match failed (PCRE2 %d)", rc);
         if (rc == 0)
             break;
         if (me == ms) {
             uint32_t cp;
-            off = ms + (ms < len ? loom__utf8_decode(s + ms, len - ms, &cp)
-                                 : 1);
+            off =
+                ms + (ms < len ? loom__utf8_decode(s + ms, len - ms, &cp) : 1);
             continue;
         }
-        loom_status st = loom__tok_pretokenize(e, step + 1, s + prev, ms - prev);
+        loom_status st =
+            loom__tok_pretokenize(e, step + 1, s + prev, ms - prev);
         if (st == LOOM_OK)
             st = loom__tok_pretokenize(e, step + 1, s + ms, me - ms);
         if (st != LOOM_OK)

@@ -31,8 +31,7 @@ static lead lead_of(uint8_t b)
     return (lead){0, 0, 0};
 }
 
-size_t loom__utf8_scan(const char *s, size_t n, size_t *bad,
-                       int *incomplete)
+size_t loom__utf8_scan(const char *s, size_t n, size_t *bad, int *incomplete)
 {
     const uint8_t *u = (const uint8_t *)s;
     lead l = lead_of(u[0]);
@@ -150,7 +149,7 @@ uint32_t loom__tok_byte_char(uint8_t b)
         return 0x100 + b; /* 33 of them: U+0100..U+0120 */
     if (b <= 0xA0)
         return 0x100 + 33 + (b - 0x7F); /* 0x7F..0xA0: U+0121..U+0142 */
-    return 0x100 + 67; /* 0xAD */
+    return 0x100 + 67;                  /* 0xAD */
 }
 
 int loom__tok_char_byte(uint32_t cp)

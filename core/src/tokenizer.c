@@ -51,8 +51,7 @@ static const char *token_bytes(loom_tokenizer *tok, const char *s, size_t len,
 
 /* ------------------------------------------------------------- loading */
 
-static loom_status load_vocab(loom_tokenizer *tok, json_t *vocab,
-                              loom_err *err)
+static loom_status load_vocab(loom_tokenizer *tok, json_t *vocab, loom_err *err)
 {
     const char *key;
     json_t *v;
@@ -131,8 +130,7 @@ static loom_status load_merges(loom_tokenizer *tok, json_t *merges,
             st = loom_err_set(err, LOOM_ERR_FORMAT,
                               "tokenizer.json: model.merges[%zu] names "
                               "\"%.*s\", which is not in the vocabulary",
-                              i, (int)(ia < 0 ? alen : blen),
-                              ia < 0 ? a : b);
+                              i, (int)(ia < 0 ? alen : blen), ia < 0 ? a : b);
             break;
         }
         if (alen + blen > cat_cap) {
@@ -166,8 +164,7 @@ static int flag(json_t *o, const char *key)
     return json_is_true(json_object_get(o, key));
 }
 
-static loom_status load_added(loom_tokenizer *tok, json_t *list,
-                              loom_err *err)
+static loom_status load_added(loom_tokenizer *tok, json_t *list, loom_err *err)
 {
     if (!list || json_is_null(list))
         return LOOM_OK;
@@ -324,9 +321,9 @@ static loom_status build(loom_tokenizer *tok, json_t *root, loom_err *err)
     if (st != LOOM_OK)
         return st;
     static const char *const decoders[] = {"ByteLevel", "Sequence", NULL};
-    static const char *const posts[] = {"ByteLevel", "TemplateProcessing",
-                                        "RobertaProcessing", "BertProcessing",
-                                        "Sequence", NULL};
+    static const char *const posts[] = {
+        "ByteLevel",      "TemplateProcessing", "RobertaProcessing",
+        "BertProcessing", "Sequence",           NULL};
     st = check_component(json_object_get(root, "decoder"), "decoder", decoders,
                          err);
     if (st == LOOM_OK)
@@ -370,6 +367,9 @@ static loom_status build(loom_tokenizer *tok, json_t *root, loom_err *err)
     if (!tok->text || !tok->bytes || !tok->bytes_len || !tok->special)
         return loom_err_set(err, LOOM_ERR_NOMEM, "tokenizer: out of memory");
 
+    st = loom__tok_strmap_reserve(&tok->vocab, json_object_size(vocab), err);
+    if (st != LOOM_OK)
+        return st;
     json_object_foreach(vocab, key, v)
     {
         size_t len = strlen(key);
@@ -381,12 +381,15 @@ static loom_status build(loom_tokenizer *tok, json_t *root, loom_err *err)
         if (st != LOOM_OK)
             return st;
     }
-    /* Added tokens decode to their own text, whatever the vocabulary says. */
+    /* An added token's text replaces the vocabulary's for its id. It goes
+     * through the ByteLevel decoder like any token, as in the reference: a
+     * token with a character outside the byte alphabet (a space, say) keeps
+     * its own UTF-8 bytes. */
     for (i = 0; i < tok->n_added; i++) {
         tok_added *a = &tok->added[i];
         tok->text[a->id] = a->content;
-        tok->bytes[a->id] = a->content;
-        tok->bytes_len[a->id] = (uint32_t)a->len;
+        tok->bytes[a->id] =
+            token_bytes(tok, a->content, a->len, &tok->bytes_len[a->id]);
         tok->special[a->id] = a->special;
     }
     for (int b = 0; b < 256; b++) {
@@ -409,6 +412,11 @@ static loom_status build(loom_tokenizer *tok, json_t *root, loom_err *err)
     st = load_merges(tok, json_object_get(model, "merges"), err);
     if (st != LOOM_OK)
         return st;
+    /* Encoding works on bytes, which is only right for byte-level BPE. */
+    if (!tok->byte_level)
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "tokenizer.json: no ByteLevel pre_tokenizer (only "
+                            "byte-level BPE is supported)");
     return index_added(tok, err);
 }
 

@@ -28,6 +28,8 @@ typedef struct tok_strmap {
 uint64_t loom__tok_hash(const void *data, size_t len);
 loom_status loom__tok_strmap_put(tok_strmap *m, const char *key, size_t len,
                                  int32_t val, loom_err *err);
+/* Sizes the map for N keys at once (loading avoids rehashing). */
+loom_status loom__tok_strmap_reserve(tok_strmap *m, size_t n, loom_err *err);
 int32_t loom__tok_strmap_get(const tok_strmap *m, const char *key, size_t len);
 void loom__tok_strmap_free(tok_strmap *m);
 
@@ -107,7 +109,7 @@ struct loom_tokenizer {
 
     tok_added *added;
     size_t n_added;
-    tok_strmap added_map;   /* content -> id */
+    tok_strmap added_map; /* content -> id */
     /* Added tokens ordered by the first byte of their pattern:
      * by_byte[first[b] .. first[b + 1]) start with byte b. */
     uint32_t *by_byte;
@@ -118,6 +120,7 @@ struct loom_tokenizer {
     size_t n_norm;
     tok_pre pre[TOK_MAX_STEPS];
     size_t n_pre;
+    int byte_level; /* a ByteLevel pre-tokenizer was seen */
 };
 
 /* ---- byte-level alphabet (GPT-2's bytes_to_unicode) */

@@ -330,8 +330,9 @@ struct attn_job {
     float scale;
 };
 
-/* Items are split over n_slots slots so each slot owns one scores row;
- * an item is a (row, query head) pair. */
+/* Items are (row, query head) pairs, dealt round-robin over n_slots slots
+ * so each slot owns one scores row and later rows (longer contexts) spread
+ * evenly. */
 static void LOOM_ABI attend_slots(void *ctx, int64_t s0, int64_t s1)
 {
     const struct attn_job *j = ctx;
@@ -342,9 +343,7 @@ static void LOOM_ABI attend_slots(void *ctx, int64_t s0, int64_t s1)
     int64_t total = (int64_t)f->n * nq;
     for (int64_t slot = s0; slot < s1; slot++) {
         float *scores = f->scores + slot * max64(f->max_ctx, 1);
-        int64_t i0 = total * slot / f->n_slots;
-        int64_t i1 = total * (slot + 1) / f->n_slots;
-        for (int64_t it = i0; it < i1; it++) {
+        for (int64_t it = slot; it < total; it += f->n_slots) {
             int64_t r = it / nq, h = it % nq;
             const loom_row *row = &f->rows[r];
             const loom_cpu_kv *kv = &row->cache->kv[j->L->slot];
@@ -500,8 +499,7 @@ loom_status nem_forward(loom_model *m, const loom_round *round,
         return LOOM_OK;
     if (!round->rows)
         return loom_err_set(err, LOOM_ERR_INVALID,
-                            "forward: %d rows but no row array",
-                            round->n_rows);
+                            "forward: %d rows but no row array", round->n_rows);
     if (round->n_rows > m->max_rows)
         return loom_err_set(err, LOOM_ERR_RANGE,
                             "forward: %d rows, more than max_rows = %d",

@@ -33,6 +33,13 @@ static loom_status vec(bind_ctx *b, const char *name, int64_t n, int64_t lead,
                             "tensor %s: first dimension %lld, expected %lld",
                             name, t.ndim ? (long long)t.shape[0] : 0LL,
                             (long long)lead);
+    int64_t count = 1;
+    for (int32_t d = 0; d < t.ndim; d++)
+        count *= t.shape[d];
+    if (count != n) /* before allocating what a bad config asks for */
+        return loom_err_set(b->err, LOOM_ERR_FORMAT,
+                            "tensor %s: %lld elements, expected %lld", name,
+                            (long long)count, (long long)n);
     float *v = malloc((size_t)n * sizeof *v);
     if (!v)
         return loom_err_set(b->err, LOOM_ERR_NOMEM, "tensor %s: out of memory",

@@ -26,6 +26,12 @@ void q35_scratch_free(q35_scratch *s)
     free(s->decay);
     free(s->beta);
     free(s->moe_prob);
+    free(s->sel_id);
+    free(s->sel_w);
+    free(s->gidx);
+    free(s->gx);
+    free(s->gout);
+    free(s->shg);
     memset(s, 0, sizeof *s);
 }
 
@@ -47,6 +53,8 @@ static loom_status q35_scratch_reserve(loom_model *m, int64_t rows,
     big = q35_max(big, 2 * kd + 2 * vd);
     big = q35_max(big, g->ffn);
     big = q35_max(big, g->n_kv_heads * g->head_dim);
+    big = q35_max(big, q35_max(g->moe_ffn, g->shared_ffn));
+    big = q35_max(big, g->hidden);
     int64_t ow = q35_max(vd, g->n_heads * g->head_dim);
     q35_scratch n = {0};
     size_t r = (size_t)rows, f = sizeof(float);
@@ -65,8 +73,19 @@ static loom_status q35_scratch_reserve(loom_model *m, int64_t rows,
     n.a = malloc(r * (size_t)g->lin_v_heads * f);
     n.decay = malloc(r * (size_t)g->lin_v_heads * f);
     n.beta = malloc(r * (size_t)g->lin_v_heads * f);
+    /* MoE routing (Qwen3-Next); +1 keeps the sizes non-zero without it */
+    size_t E = (size_t)g->n_experts, K = (size_t)g->top_k;
+    n.moe_prob = malloc((r * E + 1) * f);
+    n.sel_id = malloc((r * K + 1) * sizeof(int32_t));
+    n.sel_w = malloc((r * K + 1) * f);
+    n.gidx = malloc(r * sizeof(int32_t));
+    n.gx = malloc(r * (size_t)g->hidden * f);
+    n.gout = malloc(r * (size_t)g->hidden * f);
+    n.shg = malloc(r * f);
     if (!n.h || !n.xn || !n.proj || !n.big0 || !n.big1 || !n.big2 ||
-        !n.conv_out || !n.o || !n.z || !n.b || !n.a || !n.decay || !n.beta) {
+        !n.conv_out || !n.o || !n.z || !n.b || !n.a || !n.decay || !n.beta ||
+        !n.moe_prob || !n.sel_id || !n.sel_w || !n.gidx || !n.gx || !n.gout ||
+        !n.shg) {
         q35_scratch_free(&n);
         return loom_err_set(err, LOOM_ERR_NOMEM,
                             "qwen35: no memory for %lld rows of activations",
@@ -389,7 +408,98 @@ static void q35_mlp(loom_model *m, const q35_layer *L, int64_t T)
     host->matmul(host, &L->down, s->big0, s->proj, T);
 }
 
+/* Qwen3-Next's sparse MoE block (spec 2.8): softmax over the router in
+ * float32, the top_k experts (ties to the lower id), renormalised when
+ * norm_topk_prob; each expert runs once over the rows routed to it, and a
+ * row sums its experts in id order, so its result does not depend on the
+ * other rows of the round. Then the shared expert, gated by a sigmoid. */
+static void q35_moe(loom_model *m, const q35_layer *L, int64_t T)
+{
+    const loom_host *host = m->host;
+    const q35_geometry *g = &m->g;
+    q35_scratch *s = &m->s;
+    int64_t E = g->n_experts, K = g->top_k, H = g->hidden, F = g->moe_ffn;
+    size_t hb = (size_t)H * sizeof(float);
+    host->matmul(host, &L->router, s->xn, s->moe_prob, T);
+    for (int64_t t = 0; t < T; t++) {
+        float *p = s->moe_prob + t * E;
+        loom_cpu_softmax(p, E);
+        int32_t *id = s->sel_id + t * K;
+        float *w = s->sel_w + t * K;
+        double sum = 0.0;
+        for (int64_t k = 0; k < K; k++) {
+            int32_t best = -1;
+            for (int64_t e = 0; e < E; e++) {
+                int taken = 0;
+                for (int64_t j = 0; j < k; j++)
+                    taken |= id[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best]))
+                    best = (int32_t)e;
+            }
+            id[k] = best;
+            w[k] = p[best];
+            sum += p[best];
+        }
+        if (g->norm_topk)
+            for (int64_t k = 0; k < K; k++)
+                w[k] = (float)(w[k] / sum);
+    }
+    memset(s->proj, 0, (size_t)T * hb);
+    for (int64_t e = 0; e < E; e++) {
+        int64_t n = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t k = 0; k < K; k++)
+                if (s->sel_id[t * K + k] == e) {
+                    s->gidx[n] = (int32_t)(t * K + k);
+                    memcpy(s->gx + n * H, s->xn + t * H, hb);
+                    n++;
+                }
+        if (n == 0)
+            continue;
+        const q35_expert *x = &L->experts[e];
+        host->matmul(host, &x->gate, s->gx, s->big0, n);
+        host->matmul(host, &x->up, s->gx, s->big1, n);
+        loom_cpu_swiglu(s->big0, s->big1, n * F);
+        host->matmul(host, &x->down, s->big0, s->gout, n);
+        for (int64_t j = 0; j < n; j++) {
+            int64_t t = s->gidx[j] / K;
+            loom_cpu_axpy(s->proj + t * H, s->sel_w[s->gidx[j]],
+                          s->gout + j * H, H);
+        }
+    }
+    if (g->shared_ffn == 0)
+        return;
+    host->matmul(host, &L->sh_gate, s->xn, s->big0, T);
+    host->matmul(host, &L->sh_up, s->xn, s->big1, T);
+    loom_cpu_swiglu(s->big0, s->big1, T * g->shared_ffn);
+    host->matmul(host, &L->sh_down, s->big0, s->gout, T);
+    host->matmul(host, &L->sh_gate_w, s->xn, s->shg, T);
+    for (int64_t t = 0; t < T; t++)
+        loom_cpu_axpy(s->proj + t * H, loom_cpu_sigmoid(s->shg[t]),
+                      s->gout + t * H, H);
+}
+
 /* ---------------------------------------------------------------- forward */
+
+/* Copies layer `layer`'s output (the residual stream after it) of each row
+ * flagged LOOM_ROW_TAP to out->taps [k, n_taps, hidden], for every tap slot
+ * naming that layer. */
+static void q35_tap(loom_model *m, const loom_round *round,
+                    const loom_output *out, int64_t layer)
+{
+    int64_t H = m->g.hidden;
+    for (int32_t j = 0; j < m->n_taps; j++) {
+        if (m->taps[j] != layer)
+            continue;
+        int64_t k = 0;
+        for (int64_t t = 0; t < round->n_rows; t++)
+            if (round->rows[t].flags & LOOM_ROW_TAP) {
+                memcpy(out->taps + (k * m->n_taps + j) * H, m->s.h + t * H,
+                       (size_t)H * sizeof(float));
+                k++;
+            }
+    }
+}
 
 static void q35_norm_rows(float *out, const float *x, const float *w, int64_t T,
                           int64_t n, float eps)
@@ -431,6 +541,13 @@ loom_status q35_forward(loom_model *m, const loom_round *round,
         return loom_err_set(err, LOOM_ERR_INVALID,
                             "qwen35 forward: rows ask for logits but the "
                             "output has no logits buffer");
+    int64_t n_tap = 0;
+    for (int64_t t = 0; t < T; t++)
+        n_tap += (round->rows[t].flags & LOOM_ROW_TAP) != 0;
+    if (n_tap > 0 && m->n_taps > 0 && (!out || !out->taps))
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "qwen35 forward: rows ask for taps but the "
+                            "output has no taps buffer");
 
     /* nothing can fail from here on: the caches start to change */
     for (int32_t i = 0; i < ns; i++) {
@@ -456,8 +573,12 @@ loom_status q35_forward(loom_model *m, const loom_round *round,
             q35_gdn(m, round, L, m->slot[i], ns);
         loom_cpu_add(s->h, s->proj, T * H);
         q35_norm_rows(s->xn, s->h, L->post_norm, T, H, eps);
-        q35_mlp(m, L, T);
+        if (L->moe)
+            q35_moe(m, L, T);
+        else
+            q35_mlp(m, L, T);
         loom_cpu_add(s->h, s->proj, T * H);
+        q35_tap(m, round, out, i);
     }
     if (n_logits > 0) {
         int64_t k = 0;

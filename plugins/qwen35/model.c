@@ -11,6 +11,7 @@ void q35_close(loom_model *m)
     q35_weights_free(&m->w);
     q35_scratch_free(&m->s);
     free(m->slot);
+    free(m->taps);
     free(m->inv_freq);
     free(m->streams);
     free(m->stream_rows);
@@ -36,7 +37,18 @@ loom_status q35_open(const loom_host *host, const loom_checkpoint *ckpt,
         goto fail;
     }
     if (opt && opt->n_taps > 0) {
-        for (int32_t i = 0; i < opt->n_taps; i++)
+        if (!opt->taps) {
+            st = loom_err_set(err, LOOM_ERR_INVALID,
+                              "qwen35: %d taps asked with no layer list",
+                              opt->n_taps);
+            goto fail;
+        }
+        m->taps = malloc((size_t)opt->n_taps * sizeof *m->taps);
+        if (!m->taps) {
+            st = loom_err_set(err, LOOM_ERR_NOMEM, "qwen35: no memory");
+            goto fail;
+        }
+        for (int32_t i = 0; i < opt->n_taps; i++) {
             if (opt->taps[i] < 0 || opt->taps[i] >= m->g.n_layers) {
                 st = loom_err_set(err, LOOM_ERR_RANGE,
                                   "qwen35: tapped layer %d is not one of "
@@ -44,10 +56,9 @@ loom_status q35_open(const loom_host *host, const loom_checkpoint *ckpt,
                                   opt->taps[i], (long long)m->g.n_layers);
                 goto fail;
             }
-        st = loom_err_set(err, LOOM_ERR_UNSUPPORTED,
-                          "qwen35: layer taps are not implemented on the "
-                          "CPU path");
-        goto fail;
+            m->taps[i] = opt->taps[i];
+        }
+        m->n_taps = opt->n_taps;
     }
     st = q35_weights_bind(host, ckpt, &m->g, &m->w, err);
     if (st != LOOM_OK)
@@ -93,7 +104,7 @@ void q35_describe(const loom_model *m, loom_model_info *info)
     info->cache_bytes_fixed = q35_cache_fixed_bytes(m);
     info->cache_bytes_per_token = q35_cache_token_bytes(m);
     info->max_rows = m->max_rows;
-    info->caps = LOOM_CAP_WINDOWS;
+    info->caps = LOOM_CAP_WINDOWS | LOOM_CAP_TAPS;
     info->device = LOOM_DEVICE_CPU;
     info->compute_dtype = LOOM_DTYPE_F32;
 }

@@ -143,7 +143,12 @@ typedef struct q35_scratch {
     float *o;                  /* [R, max(value_dim, nh*hd)] */
     float *z, *b, *a;          /* [R, value_dim], [R, Hv], [R, Hv] */
     float *decay, *beta;       /* [R, Hv] */
-    float *moe_prob;           /* [R, E] */
+    float *moe_prob;           /* [R, E] router probabilities */
+    int32_t *sel_id;           /* [R, top_k] chosen experts */
+    float *sel_w;              /* [R, top_k] their weights */
+    int32_t *gidx;             /* [R] rows routed to one expert */
+    float *gx, *gout;          /* [R, hidden] gathered rows, expert out */
+    float *shg;                /* [R] shared expert gate logit */
     int64_t big;
 } q35_scratch;
 
@@ -155,6 +160,8 @@ struct loom_model {
     int n_lin, n_attn;
     int *slot;       /* layer -> index among its kind */
     float *inv_freq; /* [rot_dim / 2] */
+    int32_t n_taps;  /* layers whose outputs LOOM_ROW_TAP rows copy */
+    int32_t *taps;   /* [n_taps] layer ids */
     q35_log_layout log;
     int32_t max_rows;
     int64_t max_context;

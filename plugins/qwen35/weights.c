@@ -2,9 +2,9 @@
  * prefix the file uses (HF text "model.", HF multimodal
  * "model.language_model.", MLX "language_model.model."), checking every shape
  * against the geometry. mtp.* and vision tensors are never looked at. Linear
- * weights stay in the mapping (BF16/F16/F32 or MLX affine, read by
- * host->matmul); small vectors (norms, conv taps, decay parameters) are
- * converted to float32 here. */
+ * weights (BF16/F16/F32 or MLX affine, read by host->matmul) are copied out
+ * of the mapping into one block when they fit (q35_weights_resident); small
+ * vectors (norms, conv taps, decay parameters) are converted to float32. */
 #include "qwen35.h"
 
 #include <stdio.h>
@@ -181,6 +181,48 @@ static loom_status q35_bind_attn(const q35_binder *b, const q35_geometry *g,
     return q35_vec(b, n, hd, &L->k_norm);
 }
 
+/* A Qwen3-Next MoE block: router, one tensor per expert, shared expert. */
+static loom_status q35_bind_moe(const q35_binder *b, const q35_geometry *g,
+                                const char *lp, q35_layer *L)
+{
+    char n[192];
+    loom_status st;
+    int64_t H = g->hidden, F = g->moe_ffn;
+    L->moe = 1;
+    snprintf(n, sizeof n, "%smlp.gate", lp);
+    if ((st = q35_linear(b, n, g->n_experts, H, &L->router)))
+        return st;
+    L->experts = calloc((size_t)g->n_experts, sizeof *L->experts);
+    if (!L->experts)
+        return loom_err_set(b->err, LOOM_ERR_NOMEM, "qwen35: no memory");
+    for (int64_t e = 0; e < g->n_experts; e++) {
+        q35_expert *x = &L->experts[e];
+        snprintf(n, sizeof n, "%smlp.experts.%lld.gate_proj", lp, (long long)e);
+        if ((st = q35_linear(b, n, F, H, &x->gate)))
+            return st;
+        snprintf(n, sizeof n, "%smlp.experts.%lld.up_proj", lp, (long long)e);
+        if ((st = q35_linear(b, n, F, H, &x->up)))
+            return st;
+        snprintf(n, sizeof n, "%smlp.experts.%lld.down_proj", lp, (long long)e);
+        if ((st = q35_linear(b, n, H, F, &x->down)))
+            return st;
+    }
+    if (g->shared_ffn == 0)
+        return LOOM_OK;
+    int64_t S = g->shared_ffn;
+    snprintf(n, sizeof n, "%smlp.shared_expert.gate_proj", lp);
+    if ((st = q35_linear(b, n, S, H, &L->sh_gate)))
+        return st;
+    snprintf(n, sizeof n, "%smlp.shared_expert.up_proj", lp);
+    if ((st = q35_linear(b, n, S, H, &L->sh_up)))
+        return st;
+    snprintf(n, sizeof n, "%smlp.shared_expert.down_proj", lp);
+    if ((st = q35_linear(b, n, H, S, &L->sh_down)))
+        return st;
+    snprintf(n, sizeof n, "%smlp.shared_expert_gate", lp);
+    return q35_linear(b, n, 1, H, &L->sh_gate_w);
+}
+
 static loom_status q35_bind_mlp(const q35_binder *b, const q35_geometry *g,
                                 int64_t i, const char *lp, q35_layer *L)
 {
@@ -188,11 +230,7 @@ static loom_status q35_bind_mlp(const q35_binder *b, const q35_geometry *g,
     loom_status st;
     int64_t H = g->hidden;
     if (g->moe_layer[i])
-        return loom_err_set(b->err, LOOM_ERR_UNSUPPORTED,
-                            "config.json: num_experts = %lld: layer %lld is "
-                            "a mixture-of-experts block, which the qwen35 "
-                            "CPU path does not run yet",
-                            (long long)g->n_experts, (long long)i);
+        return q35_bind_moe(b, g, lp, L);
     snprintf(n, sizeof n, "%smlp.gate_proj", lp);
     if ((st = q35_linear(b, n, g->ffn, H, &L->gate)))
         return st;
@@ -203,27 +241,44 @@ static loom_status q35_bind_mlp(const q35_binder *b, const q35_geometry *g,
     return q35_linear(b, n, H, g->ffn, &L->down);
 }
 
-/* Every linear weight of the model, embed first (lm_head only when untied).
- * Returns the count; list has room for 2 + 8 per layer. */
-static int q35_weight_list(q35_weights *w, const q35_geometry *g,
-                           loom_weight **list)
+/* Every linear weight of the model, embed first (lm_head only when untied),
+ * into list (NULL: only counted). Returns the count. */
+static int64_t q35_weight_list(q35_weights *w, const q35_geometry *g,
+                               loom_weight **list)
 {
-    int n = 0;
-    list[n++] = &w->embed;
+    int64_t n = 0;
+#define Q35_ADD(x)                                                             \
+    do {                                                                       \
+        if ((x)->data) {                                                       \
+            if (list)                                                          \
+                list[n] = (x);                                                 \
+            n++;                                                               \
+        }                                                                      \
+    } while (0)
+    Q35_ADD(&w->embed);
     if (!g->tied)
-        list[n++] = &w->lm_head;
+        Q35_ADD(&w->lm_head);
     for (int64_t i = 0; i < g->n_layers; i++) {
         q35_layer *L = &w->layers[i];
-        loom_weight *all[] = {&L->q_proj,  &L->k_proj, &L->v_proj,   &L->o_proj,
-                              &L->in_qkv,  &L->in_z,   &L->in_b,     &L->in_a,
-                              &L->in_qkvz, &L->in_ba,  &L->out_proj, &L->gate,
-                              &L->up,      &L->down};
+        loom_weight *all[] = {
+            &L->q_proj,   &L->k_proj, &L->v_proj,  &L->o_proj,   &L->in_qkv,
+            &L->in_z,     &L->in_b,   &L->in_a,    &L->in_qkvz,  &L->in_ba,
+            &L->out_proj, &L->gate,   &L->up,      &L->down,     &L->router,
+            &L->sh_gate,  &L->sh_up,  &L->sh_down, &L->sh_gate_w};
         for (size_t k = 0; k < sizeof all / sizeof *all; k++)
-            if (all[k]->data)
-                list[n++] = all[k];
+            Q35_ADD(all[k]);
+        for (int64_t e = 0; L->experts && e < g->n_experts; e++) {
+            Q35_ADD(&L->experts[e].gate);
+            Q35_ADD(&L->experts[e].up);
+            Q35_ADD(&L->experts[e].down);
+        }
     }
+#undef Q35_ADD
     return n;
 }
+
+/* The most weight bytes copied into ordinary memory (see below). */
+#define Q35_RESIDENT_MAX ((size_t)8 << 30)
 
 static size_t q35_dtype_bytes(loom_dtype t)
 {
@@ -253,13 +308,24 @@ static size_t q35_weight_bytes(const loom_weight *w, size_t *data, size_t *sb)
 static void q35_weights_resident(const loom_host *host, q35_weights *w,
                                  const q35_geometry *g)
 {
-    loom_weight **list = malloc(sizeof *list * (size_t)(2 + 14 * g->n_layers));
+    int64_t n = q35_weight_list(w, g, NULL);
+    loom_weight **list = malloc(sizeof *list * (size_t)n);
     if (!list)
         return;
-    int n = q35_weight_list(w, g, list);
+    q35_weight_list(w, g, list);
     size_t total = 0, d, sb;
-    for (int i = 0; i < n; i++)
+    for (int64_t i = 0; i < n; i++)
         total += q35_weight_bytes(list[i], &d, &sb);
+    if (total > Q35_RESIDENT_MAX) {
+        /* without knowing the machine's memory, a big model stays mapped
+         * rather than risk a copy that does not fit */
+        host->log(host, LOOM_LOG_INFO,
+                  "qwen35: %zu bytes of weights are read from the file "
+                  "mapping (copied only up to %zu)",
+                  total, Q35_RESIDENT_MAX);
+        free(list);
+        return;
+    }
     char *arena = malloc(total + 64);
     if (!arena) {
         host->log(host, LOOM_LOG_WARN,
@@ -270,7 +336,7 @@ static void q35_weights_resident(const loom_host *host, q35_weights *w,
         return;
     }
     char *p = (char *)(((uintptr_t)arena + 63) & ~(uintptr_t)63);
-    for (int i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) {
         loom_weight *x = list[i];
         q35_weight_bytes(x, &d, &sb);
         memcpy(p, x->data, d);

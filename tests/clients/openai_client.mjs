@@ -27,10 +27,14 @@ async function check(name, fn) {
 const models = await client.models.list();
 const model = models.data[0]?.id;
 
-await check('models.list', async () => {
+await check('models.list and models.retrieve', async () => {
   assert.equal(models.data.length, 1);
   assert.equal(typeof model, 'string');
   assert.equal(models.data[0].object, 'model');
+  const m = await client.models.retrieve(model);
+  assert.equal(m.id, model);
+  await assert.rejects(client.models.retrieve('no-such-model'),
+    (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
 });
 
 const prompt = 'In the beginning';

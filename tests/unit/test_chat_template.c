@@ -19,8 +19,8 @@ static const char *const DIRS[] = {
 START_TEST(hf_renderings)
 {
     json_error_t je;
-    json_t *refs = json_load_file(fixture("tokenizer_refs/chat_refs.json"), 0,
-                                  &je);
+    json_t *refs =
+        json_load_file(fixture("tokenizer_refs/chat_refs.json"), 0, &je);
     ck_assert_msg(refs != NULL, "chat_refs.json: %s", je.text);
     json_t *r = json_object_get(json_object_get(refs, "templates"), NAMES[_i]);
     ck_assert_ptr_nonnull(r);
@@ -49,8 +49,8 @@ START_TEST(hf_renderings)
             &out, &err);
         ck_assert_msg(st == LOOM_OK, "%s/%s: %s", NAMES[_i], name, err.msg);
         ck_assert_msg(strcmp(out, json_string_value(want)) == 0,
-                      "%s/%s:\n--- got\n%s\n--- want\n%s", NAMES[_i], name,
-                      out, json_string_value(want));
+                      "%s/%s:\n--- got\n%s\n--- want\n%s", NAMES[_i], name, out,
+                      json_string_value(want));
         free(out);
         json_decref(extra);
         checked++;
@@ -65,9 +65,9 @@ START_TEST(special_tokens_loaded)
 {
     loom_chat_template *t = NULL;
     loom_err err;
-    ck_assert_int_eq(loom_chat_template_load(fixture("models/nemotron-h-tiny"),
-                                             &t, &err),
-                     LOOM_OK);
+    ck_assert_int_eq(
+        loom_chat_template_load(fixture("models/nemotron-h-tiny"), &t, &err),
+        LOOM_OK);
     ck_assert_str_eq(loom_chat_template_bos(t), "<s>");
     ck_assert_str_eq(loom_chat_template_eos(t), "</s>");
     loom_chat_template_free(t);
@@ -91,7 +91,7 @@ static const struct {
     {"{% if true %}\nx\n{% endif %}\ny", "x\ny"},
     {"  {% if true %}x{% endif %}", "x"},
     {"a\n    {% set v = 1 %}\nb{{ v }}", "a\nb1"},
-    {"{{ 'x' }}\n", "x"},              /* the final newline is dropped */
+    {"{{ 'x' }}\n", "x"}, /* the final newline is dropped */
     {"{#- comment -#}  z", "z"},
     {"{%+ if true %}k{% endif %}", "k"},
     /* literals, operators, precedence */
@@ -178,6 +178,10 @@ static const struct {
     {"{% macro m(a, b='z') %}<{{ a }}{{ b }}>{% endmacro %}{{ m(1) }}{{ m(2, "
      "b='y') }}",
      "<1z><2y>"},
+    /* Undefined values iterate as empty and have length 0, as in Jinja */
+    {"{% for x in nothing %}x{% else %}e{% endfor %}{{ nothing | length }}{{ "
+     "'a' in nothing }}",
+     "e0False"},
     /* generation blocks render their body */
     {"{% generation %}g{% endgeneration %}", "g"},
 };
@@ -187,9 +191,9 @@ START_TEST(semantics)
     json_t *msgs = json_array();
     char *out = NULL;
     loom_err err;
-    loom_status st = loom_chat_render(CASES[_i].tmpl, msgs, 0, NULL, &out, &err);
-    ck_assert_msg(st == LOOM_OK, "case %d %s: %s", _i, CASES[_i].tmpl,
-                  err.msg);
+    loom_status st =
+        loom_chat_render(CASES[_i].tmpl, msgs, 0, NULL, &out, &err);
+    ck_assert_msg(st == LOOM_OK, "case %d %s: %s", _i, CASES[_i].tmpl, err.msg);
     ck_assert_msg(strcmp(out, CASES[_i].want) == 0,
                   "case %d %s:\ngot  [%s]\nwant [%s]", _i, CASES[_i].tmpl, out,
                   CASES[_i].want);
@@ -238,14 +242,16 @@ static const struct {
     {"{{ a $ b }}", LOOM_ERR_FORMAT, "'$'"},
     {"\n\n{{ raise_exception('Only user and assistant roles') }}",
      LOOM_ERR_INVALID, "line 3: raise_exception: Only user and assistant"},
-    {"{{ undefined_thing.attr }}", LOOM_ERR_INVALID, "'undefined_thing' is undefined"},
+    {"{{ undefined_thing.attr }}", LOOM_ERR_INVALID,
+     "'undefined_thing' is undefined"},
     {"{{ 'a' + 1 }}", LOOM_ERR_INVALID, "str and int"},
     {"{{ 'a'.zfill(3) }}", LOOM_ERR_UNSUPPORTED, "str.zfill"},
     {"{{ x is prime }}", LOOM_ERR_UNSUPPORTED, "prime"},
     {"{{ 1 // 0 }}", LOOM_ERR_INVALID, "division by zero"},
     {"{% for x in 5 %}{% endfor %}", LOOM_ERR_INVALID, "cannot loop over int"},
     {"{{ f(*a) }}", LOOM_ERR_UNSUPPORTED, "*args"},
-    {"{% for x in y recursive %}{% endfor %}", LOOM_ERR_UNSUPPORTED, "recursive"},
+    {"{% for x in y recursive %}{% endfor %}", LOOM_ERR_UNSUPPORTED,
+     "recursive"},
 };
 
 START_TEST(errors)
@@ -253,9 +259,10 @@ START_TEST(errors)
     json_t *msgs = json_array();
     char *out = NULL;
     loom_err err;
-    loom_status st = loom_chat_render(ERRORS[_i].tmpl, msgs, 0, NULL, &out, &err);
-    ck_assert_msg(st == ERRORS[_i].code, "case %d: status %d (%s)", _i,
-                  (int)st, st == LOOM_OK ? out : err.msg);
+    loom_status st =
+        loom_chat_render(ERRORS[_i].tmpl, msgs, 0, NULL, &out, &err);
+    ck_assert_msg(st == ERRORS[_i].code, "case %d: status %d (%s)", _i, (int)st,
+                  st == LOOM_OK ? out : err.msg);
     ck_assert_msg(strstr(err.msg, ERRORS[_i].needle) != NULL,
                   "case %d: message \"%s\" lacks \"%s\"", _i, err.msg,
                   ERRORS[_i].needle);
@@ -274,7 +281,8 @@ START_TEST(load_errors)
     FILE *f = fopen(path, "w");
     fputs("{\"eos_token\": \"x\"}", f);
     fclose(f);
-    ck_assert_int_eq(loom_chat_template_load(dir, &t, &err), LOOM_ERR_NOT_FOUND);
+    ck_assert_int_eq(loom_chat_template_load(dir, &t, &err),
+                     LOOM_ERR_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(err.msg, "chat_template"));
     f = fopen(path, "w");
     fputs("{\"chat_template\": \"{% for %}\"}", f);
@@ -312,7 +320,8 @@ static Suite *suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_loop_test(tc, hf_renderings, 0, 5);
     tcase_add_test(tc, special_tokens_loaded);
-    tcase_add_loop_test(tc, semantics, 0, (int)(sizeof CASES / sizeof CASES[0]));
+    tcase_add_loop_test(tc, semantics, 0,
+                        (int)(sizeof CASES / sizeof CASES[0]));
     tcase_add_test(tc, variables);
     tcase_add_loop_test(tc, errors, 0, (int)(sizeof ERRORS / sizeof ERRORS[0]));
     tcase_add_test(tc, load_errors);

@@ -565,6 +565,8 @@ static const struct refusal {
      "backbone.layers.1.mixer.up_proj"},
     {TINY, "{\"mamba_head_dim\": 8}", LOOM_ERR_FORMAT,
      "backbone.layers.0.mixer.in_proj"},
+    {TINY, "{\"conv_kernel\": 3}", LOOM_ERR_FORMAT,
+     "conv1d.weight: 768 elements, expected 576"},
     {MOE, "{\"use_conv_bias\": true}", LOOM_ERR_NOT_FOUND,
      "backbone.layers.0.mixer.conv1d.bias"},
     {MOE, "{\"n_group\": 3}", LOOM_ERR_FORMAT, "n_group = 3"},
@@ -794,9 +796,10 @@ START_TEST(legacy_names_and_tied_head)
                                "backbone.embedding.weight"),
                      TINY);
     /* the MoE fixture is tied and stores lm_head.weight equal to the table:
-     * without it the table is used */
-    check_dir_logits(rewritten(MOE, 0, "lm_head.weight", "unused.lm_head"),
-                     MOE);
+     * without it the table is used (and an mtp.* tensor is ignored) */
+    check_dir_logits(
+        rewritten(MOE, 0, "lm_head.weight", "mtp.layers.0.lm_head.weight"),
+        MOE);
     /* untied and without lm_head.weight: refused, naming it */
     loom_err err;
     loom_status rc;
@@ -860,6 +863,29 @@ START_TEST(eos_ids)
     ck_assert_int_eq(e->info.eos[0], 9);
     ck_assert_int_eq(e->info.eos[1], 11);
     loom_engine_close(e);
+}
+END_TEST
+
+/* `layer_types` (transformers' alias) with the older kind names. */
+START_TEST(layer_types_alias)
+{
+    loom_err err;
+    loom_engine *e = open_model_dir(
+        edited(TINY, "{\"layers_block_type\": null, \"layer_types\": "
+                     "[\"mamba\", \"mlp\", \"mamba\", \"attention\", "
+                     "\"mlp\"]}"),
+        NULL, &err);
+    ck_assert_msg(e != NULL, "%s", err.msg);
+    ck_assert_str_eq(e->info.layer_kinds, "M-MA-");
+    loom_engine_close(e);
+    /* both lists, disagreeing */
+    loom_status rc;
+    ck_assert_ptr_null(open_model_dir(
+        edited(TINY, "{\"layer_types\": [\"mamba\", \"mlp\", \"mamba\", "
+                     "\"mlp\", \"mlp\"]}"),
+        &rc, &err));
+    ck_assert_int_eq(rc, LOOM_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "layer_types"));
 }
 END_TEST
 
@@ -976,6 +1002,7 @@ static Suite *suite(void)
                         (int)(sizeof refusals / sizeof refusals[0]));
     tcase_add_test(r, legacy_config);
     tcase_add_test(r, probe_scores);
+    tcase_add_test(r, layer_types_alias);
     tcase_add_test(r, eos_ids);
     tcase_add_test(r, bad_rounds);
     tcase_add_test(r, context_limit);

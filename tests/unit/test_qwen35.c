@@ -221,7 +221,7 @@ START_TEST(describe_and_geometry)
     ck_assert_str_eq(e->info.layer_kinds, "LLLA");
     ck_assert_int_eq(e->info.n_eos, 1);
     ck_assert_int_eq(e->info.eos[0], 1);
-    ck_assert_uint_eq(e->info.caps, LOOM_CAP_WINDOWS);
+    ck_assert_uint_eq(e->info.caps, LOOM_CAP_WINDOWS | LOOM_CAP_TAPS);
     ck_assert_int_eq(e->info.max_context, 4096);
     /* 3 GDN layers: tail 3 x (2*32 + 64) + state 4 x 16 x 16 floats */
     ck_assert_uint_eq(e->info.cache_bytes_fixed,
@@ -251,6 +251,88 @@ START_TEST(describe_and_geometry)
     /* vl-tiny: nested text_config, tied head */
     e = open_ok(fixture("models/qwen35-vl-tiny"));
     ck_assert_str_eq(e->info.layer_kinds, "LLALLA");
+    loom_engine_close(e);
+}
+END_TEST
+
+/* Layer outputs for a drafter: the last layer's tap, put through the final
+ * norm, is transformers' final hidden state (hidden.f32). */
+START_TEST(taps)
+{
+    const char *t = "models/qwen35-tiny";
+    golden g;
+    load_golden(t, &g);
+    loom_engine *e = open_ok(fixture(t));
+    int64_t H = e->info.hidden, T = g.n;
+    loom_err err = {{0}};
+    int32_t layers[2] = {3, 0};
+    loom_model_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
+    opt.device = LOOM_DEVICE_CPU;
+    opt.n_taps = 2;
+    opt.taps = layers;
+    loom_model *m = NULL;
+    ck_assert_msg(e->family->open(&e->hs.host, e->ckpt, &opt, &m, &err) ==
+                      LOOM_OK,
+                  "%s", err.msg);
+    loom_cache *c = NULL;
+    ck_assert_int_eq(e->family->cache_new(m, &c, &err), LOOM_OK);
+    float *taps = malloc((size_t)(T * 2 * H) * sizeof(float));
+    float *lg = malloc((size_t)(T * g.vocab) * sizeof(float));
+    loom_row rows[64];
+    for (int32_t i = 0; i < T; i++)
+        rows[i] =
+            (loom_row){c, g.ids[i], i, -1, LOOM_ROW_TAP | LOOM_ROW_LOGITS};
+    loom_round r = {rows, (int32_t)T};
+    loom_output none = {lg, NULL};
+    ck_assert_int_eq(e->family->forward(m, &r, &none, &err), LOOM_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "taps"));
+    loom_output o = {lg, taps};
+    ck_assert_msg(e->family->forward(m, &r, &o, &err) == LOOM_OK, "%s",
+                  err.msg);
+    /* the final norm of the model, read from the file: (1 + w) */
+    loom_st *st = NULL;
+    ck_assert_int_eq(loom_st_open_dir(fixture(t), &st, &err), LOOM_OK);
+    const loom_tensor *nw = loom_st_find(st, "model.norm.weight");
+    ck_assert_ptr_nonnull(nw);
+    size_t n = 0;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/hidden.f32", fixture(t));
+    float *ref = read_f32(path, &n);
+    ck_assert_uint_eq(n, (size_t)(T * H));
+    float *got = malloc((size_t)(T * H) * sizeof(float));
+    for (int64_t i = 0; i < T; i++) {
+        const float *x = taps + (i * 2 + 0) * H; /* slot 0: layer 3 */
+        double ss = 0;
+        for (int64_t d = 0; d < H; d++)
+            ss += (double)x[d] * x[d];
+        double inv = 1.0 / sqrt(ss / (double)H + 1e-6);
+        for (int64_t d = 0; d < H; d++)
+            got[i * H + d] =
+                (float)(x[d] * inv *
+                        (1.0 +
+                         loom_bf16_to_f32(((const uint16_t *)nw->data)[d])));
+    }
+    double d = rel_err(got, ref, (size_t)(T * H));
+    ck_assert_msg(d < 1e-4, "final hidden from the layer-3 tap: %g", d);
+    /* slot 1 holds layer 0's output, which differs from layer 3's */
+    ck_assert(memcmp(taps + H, taps, (size_t)H * sizeof(float)) != 0);
+    e->family->cache_free(m, c);
+    e->family->close(m);
+    loom_st_close(st);
+    /* a tap outside the model is refused */
+    layers[1] = 4;
+    m = NULL;
+    ck_assert_int_eq(e->family->open(&e->hs.host, e->ckpt, &opt, &m, &err),
+                     LOOM_ERR_RANGE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "tapped layer 4"));
+    ck_assert_ptr_null(m);
+    free(got);
+    free(ref);
+    free(taps);
+    free(lg);
+    free(g.logits);
     loom_engine_close(e);
 }
 END_TEST
@@ -759,19 +841,100 @@ START_TEST(broken_tensors)
 }
 END_TEST
 
+/* Halves every BF16 value (exact: an exponent step) into a new buffer. */
+static uint16_t *bf16_half(const st_entry *e)
+{
+    size_t n = e->nbytes / 2;
+    uint16_t *o = malloc(e->nbytes);
+    const uint16_t *in = e->data;
+    for (size_t i = 0; i < n; i++)
+        o[i] = loom_f32_to_bf16(0.5f * loom_bf16_to_f32(in[i]));
+    return o;
+}
+
 /* qwen35-tiny rewritten as a Qwen3-Next checkpoint (fused in_proj_qkvz and
- * in_proj_ba grouped by key head, no experts) computes the same function, so
- * it must give the same logits as the original. */
-START_TEST(qwen3_next_layout)
+ * in_proj_ba grouped by key head) computes the same function, so it must
+ * give the same logits. With `moe`, every layer but 1 becomes a sparse MoE
+ * block built to compute the dense MLP again: 4 experts, top 2, each a copy
+ * of the dense MLP with its down projection halved (the renormalised top-2
+ * weights sum to 1: half the MLP), plus a shared expert equal to the dense
+ * MLP behind a gate of weight 0 (sigmoid 0.5: the other half). */
+static void check_next(int moe)
 {
     const char *t = "models/qwen35-tiny";
-    st_entry ents[128], out[128];
+    st_entry ents[128], out[256];
     loom_st *st = NULL;
     int n = st_read(t, &st, ents, 128), m = 0;
     const int64_t Hk = 2, Hv = 4, dk = 16, dv = 16, H = 64, r = Hv / Hk;
     const int64_t kd = Hk * dk, vd = Hv * dv;
+    const int64_t E = 4;
+    int emb = st_index(ents, n, "model.embed_tokens.weight");
+    ck_assert_int_ge(emb, 0);
     for (int i = 0; i < n; i++) {
         const char *nm = ents[i].name;
+        int layer = -1;
+        char proj[16] = "";
+        if (moe &&
+            sscanf(nm, "model.layers.%d.mlp.%15[a-z]_proj", &layer, proj) ==
+                2 &&
+            layer != 1) {
+            /* the dense MLP of this layer becomes experts */
+            if (strcmp(proj, "gate") != 0)
+                continue; /* handled with gate */
+            char gn[160], un[160], dn[160];
+            snprintf(gn, sizeof gn, "model.layers.%d.mlp.gate_proj.weight",
+                     layer);
+            snprintf(un, sizeof un, "model.layers.%d.mlp.up_proj.weight",
+                     layer);
+            snprintf(dn, sizeof dn, "model.layers.%d.mlp.down_proj.weight",
+                     layer);
+            const st_entry *ge = &ents[st_index(ents, n, gn)];
+            const st_entry *ue = &ents[st_index(ents, n, un)];
+            const st_entry *de = &ents[st_index(ents, n, dn)];
+            st_entry router = ents[emb]; /* any BF16 values will do */
+            snprintf(router.name, sizeof router.name,
+                     "model.layers.%d.mlp.gate.weight", layer);
+            router.shape[0] = E;
+            router.data = (const uint16_t *)router.data + layer * 997;
+            router.nbytes = (uint64_t)(E * H) * 2;
+            out[m++] = router;
+            for (int64_t e = 0; e < E; e++) {
+                st_entry x = *ge;
+                snprintf(x.name, sizeof x.name,
+                         "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+                         layer, (int)e);
+                out[m++] = x;
+                x = *ue;
+                snprintf(x.name, sizeof x.name,
+                         "model.layers.%d.mlp.experts.%d.up_proj.weight", layer,
+                         (int)e);
+                out[m++] = x;
+                x = *de;
+                snprintf(x.name, sizeof x.name,
+                         "model.layers.%d.mlp.experts.%d.down_proj.weight",
+                         layer, (int)e);
+                x.data = x.owned = bf16_half(de);
+                out[m++] = x;
+            }
+            const st_entry *src[3] = {ge, ue, de};
+            const char *nms[3] = {"gate", "up", "down"};
+            for (int k = 0; k < 3; k++) {
+                st_entry x = *src[k];
+                x.owned = NULL;
+                snprintf(x.name, sizeof x.name,
+                         "model.layers.%d.mlp.shared_expert.%s_proj.weight",
+                         layer, nms[k]);
+                out[m++] = x;
+            }
+            st_entry sg = *ge;
+            snprintf(sg.name, sizeof sg.name,
+                     "model.layers.%d.mlp.shared_expert_gate.weight", layer);
+            sg.shape[0] = 1;
+            sg.nbytes = (uint64_t)H * 2;
+            sg.data = sg.owned = calloc((size_t)H, 2);
+            out[m++] = sg;
+            continue;
+        }
         if (strstr(nm, "in_proj_z") || strstr(nm, "in_proj_b.") ||
             strstr(nm, "in_proj_a."))
             continue; /* folded into the fused tensors below */
@@ -821,11 +984,18 @@ START_TEST(qwen3_next_layout)
         e2.nbytes = (uint64_t)(2 * Hv * H) * 2;
         out[m++] = e2;
     }
-    const char *dir =
-        copy_model(t,
-                   "{\"model_type\": \"qwen3_next\", \"architectures\": "
-                   "[\"Qwen3NextForCausalLM\"], \"num_experts\": 0}",
-                   0);
+    ck_assert_int_le(m, 256);
+    const char *dir = copy_model(
+        t,
+        moe ? "{\"model_type\": \"qwen3_next\", \"architectures\": "
+              "[\"Qwen3NextForCausalLM\"], \"num_experts\": 4, "
+              "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 160, "
+              "\"shared_expert_intermediate_size\": 160, "
+              "\"norm_topk_prob\": true, \"decoder_sparse_step\": 1, "
+              "\"mlp_only_layers\": [1]}"
+            : "{\"model_type\": \"qwen3_next\", \"architectures\": "
+              "[\"Qwen3NextForCausalLM\"], \"num_experts\": 0}",
+        0);
     char path[1024];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     st_write(path, out, m);
@@ -847,11 +1017,220 @@ START_TEST(qwen3_next_layout)
     feed_ok(e, c, 0, g.ids, g.n, 5, LOOM_ROW_LOGITS, l2);
     e->family->cache_free(e->model, c);
     loom_engine_close(e);
-    ck_assert_double_le(rel_err(l2, l1, cnt), 1e-6);
+    double d = rel_err(l2, l1, cnt);
+    ck_assert_msg(d <= (moe ? 1e-5 : 1e-6), "moe %d: %g", moe, d);
     ck_assert_double_le(rel_err(l2, g.logits, cnt), 1e-4);
     free(l1);
     free(l2);
     free(g.logits);
+}
+
+/* ---------------------------------------------------------------- dtypes */
+
+enum { AS_F32, AS_F16, AS_MLX, AS_MLX_REF };
+
+static float bf16_at(const st_entry *e, size_t i)
+{
+    return loom_bf16_to_f32(((const uint16_t *)e->data)[i]);
+}
+
+/* MLX affine 4-bit of a BF16 [rows, cols] tensor, groups of 64: scale and
+ * bias stored as BF16; `deq` (when not NULL) gets scale * q + bias as
+ * float32, exactly what a reader computes. */
+static void quantize4(const st_entry *e, uint32_t *q, uint16_t *sc,
+                      uint16_t *bi, float *deq)
+{
+    int64_t rows = e->shape[0], cols = e->shape[1], G = cols / 64;
+    memset(q, 0, (size_t)(rows * cols / 8) * 4);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t g = 0; g < G; g++) {
+            float lo = INFINITY, hi = -INFINITY;
+            for (int64_t j = 0; j < 64; j++) {
+                float v = bf16_at(e, (size_t)(r * cols + g * 64 + j));
+                lo = v < lo ? v : lo;
+                hi = v > hi ? v : hi;
+            }
+            uint16_t s16 = loom_f32_to_bf16((hi - lo) / 15.0f);
+            uint16_t b16 = loom_f32_to_bf16(lo);
+            float s = loom_bf16_to_f32(s16), b = loom_bf16_to_f32(b16);
+            sc[r * G + g] = s16;
+            bi[r * G + g] = b16;
+            for (int64_t j = 0; j < 64; j++) {
+                int64_t c = g * 64 + j;
+                float v = bf16_at(e, (size_t)(r * cols + c));
+                long k = s > 0 ? lroundf((v - b) / s) : 0;
+                k = k < 0 ? 0 : k > 15 ? 15 : k;
+                q[(r * cols + c) / 8] |= (uint32_t)k << (4 * (c % 8));
+                if (deq)
+                    deq[r * cols + c] = s * (float)k + b;
+            }
+        }
+}
+
+static int is_zero_centred_norm(const char *name)
+{
+    return strstr(name, "layernorm.weight") || strstr(name, "q_norm.") ||
+           strstr(name, "k_norm.") || !strcmp(name, "model.norm.weight");
+}
+
+/* qwen35-tiny with its tensors stored another way: all F32, all F16, MLX
+ * (4-bit affine linear weights where the input width allows, norms shifted
+ * by +1, conv1d as [C, K, 1], names under language_model.), or the F32
+ * checkpoint holding the MLX one's dequantized weights in HF layout. */
+static const char *make_dtype_variant(int kind)
+{
+    const char *t = "models/qwen35-tiny";
+    st_entry ents[128], out[256];
+    loom_st *st = NULL;
+    int n = st_read(t, &st, ents, 128), m = 0;
+    for (int i = 0; i < n; i++) {
+        st_entry e = ents[i];
+        size_t cnt = e.nbytes / 2;
+        int quant = e.ndim == 2 && e.shape[1] % 64 == 0;
+        if (kind == AS_F16) {
+            uint16_t *h = malloc(e.nbytes);
+            for (size_t k = 0; k < cnt; k++)
+                h[k] = loom_f32_to_f16(bf16_at(&ents[i], k));
+            snprintf(e.dtype, sizeof e.dtype, "F16");
+            e.data = e.owned = h;
+            out[m++] = e;
+            continue;
+        }
+        if (kind == AS_F32 || (kind == AS_MLX_REF && !quant)) {
+            float *f = malloc(cnt * 4);
+            for (size_t k = 0; k < cnt; k++)
+                f[k] = bf16_at(&ents[i], k);
+            snprintf(e.dtype, sizeof e.dtype, "F32");
+            e.data = e.owned = f;
+            e.nbytes = cnt * 4;
+            out[m++] = e;
+            continue;
+        }
+        int64_t rows = e.shape[0], cols = quant ? e.shape[1] : 0;
+        uint32_t *q = quant ? malloc((size_t)(rows * cols / 8) * 4) : NULL;
+        uint16_t *sc = quant ? malloc((size_t)(rows * cols / 64) * 2) : NULL;
+        uint16_t *bi = quant ? malloc((size_t)(rows * cols / 64) * 2) : NULL;
+        if (kind == AS_MLX_REF) {
+            float *deq = malloc(cnt * 4);
+            quantize4(&ents[i], q, sc, bi, deq);
+            free(q);
+            free(sc);
+            free(bi);
+            snprintf(e.dtype, sizeof e.dtype, "F32");
+            e.data = e.owned = deq;
+            e.nbytes = cnt * 4;
+            out[m++] = e;
+            continue;
+        }
+        /* AS_MLX */
+        char name[128];
+        if (!strncmp(e.name, "model.", 6))
+            snprintf(name, sizeof name, "language_model.model.%.100s",
+                     e.name + 6);
+        else
+            snprintf(name, sizeof name, "language_model.%.100s", e.name);
+        if (quant) {
+            quantize4(&ents[i], q, sc, bi, NULL);
+            char base[128];
+            snprintf(base, sizeof base, "%.*s",
+                     (int)(strlen(name) - strlen(".weight")), name);
+            st_entry w = e, s2 = e, b2 = e;
+            snprintf(w.name, sizeof w.name, "%s.weight", base);
+            snprintf(w.dtype, sizeof w.dtype, "U32");
+            w.shape[1] = cols / 8;
+            w.data = w.owned = q;
+            w.nbytes = (uint64_t)(rows * cols / 8) * 4;
+            snprintf(s2.name, sizeof s2.name, "%s.scales", base);
+            s2.shape[1] = cols / 64;
+            s2.data = s2.owned = sc;
+            s2.nbytes = (uint64_t)(rows * cols / 64) * 2;
+            snprintf(b2.name, sizeof b2.name, "%s.biases", base);
+            b2.shape[1] = cols / 64;
+            b2.data = b2.owned = bi;
+            b2.nbytes = s2.nbytes;
+            out[m++] = w;
+            out[m++] = s2;
+            out[m++] = b2;
+            continue;
+        }
+        snprintf(e.name, sizeof e.name, "%s", name);
+        if (is_zero_centred_norm(ents[i].name)) {
+            /* MLX stores 1 + w; F32 keeps that sum exact */
+            float *f = malloc(cnt * 4);
+            for (size_t k = 0; k < cnt; k++)
+                f[k] = 1.0f + bf16_at(&ents[i], k);
+            snprintf(e.dtype, sizeof e.dtype, "F32");
+            e.data = e.owned = f;
+            e.nbytes = cnt * 4;
+        } else if (strstr(e.name, "conv1d.weight")) {
+            e.shape[1] = e.shape[2]; /* [C, 1, K] -> [C, K, 1] */
+            e.shape[2] = 1;
+        }
+        out[m++] = e;
+    }
+    const char *dir =
+        copy_model(t,
+                   kind == AS_MLX ? "{\"quantization\": {\"group_size\": "
+                                    "64, \"bits\": 4}}"
+                                  : "{}",
+                   0);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    st_write(path, out, m);
+    for (int i = 0; i < m; i++)
+        free(out[i].owned);
+    loom_st_close(st);
+    return dir;
+}
+
+static float *prompt_logits(const char *dir, const golden *g)
+{
+    float *l = malloc((size_t)g->n * g->vocab * sizeof(float));
+    loom_engine *e = open_ok(dir);
+    loom_cache *c = new_cache(e);
+    feed_ok(e, c, 0, g->ids, g->n, 7, LOOM_ROW_LOGITS, l);
+    e->family->cache_free(e->model, c);
+    loom_engine_close(e);
+    return l;
+}
+
+START_TEST(weight_dtypes)
+{
+    golden g;
+    load_golden("models/qwen35-tiny", &g);
+    size_t cnt = (size_t)g.n * g.vocab;
+    float *bf = prompt_logits(fixture("models/qwen35-tiny"), &g);
+    /* F32 holds the BF16 values exactly: the same function */
+    float *f32 = prompt_logits(make_dtype_variant(AS_F32), &g);
+    ck_assert_double_le(rel_err(f32, bf, cnt), 1e-6);
+    /* F16 rounds a few small weights: still within the reference bound */
+    float *f16 = prompt_logits(make_dtype_variant(AS_F16), &g);
+    ck_assert_double_le(rel_err(f16, g.logits, cnt), 1e-3);
+    /* MLX 4-bit against the same weights dequantized into an F32 HF file */
+    float *mlx = prompt_logits(make_dtype_variant(AS_MLX), &g);
+    float *ref = prompt_logits(make_dtype_variant(AS_MLX_REF), &g);
+    double d = rel_err(mlx, ref, cnt);
+    ck_assert_msg(d <= 1e-5, "MLX vs dequantized: %g", d);
+    /* and quantization changed the function (the test is not vacuous) */
+    ck_assert_double_gt(rel_err(ref, bf, cnt), 1e-3);
+    free(bf);
+    free(f32);
+    free(f16);
+    free(mlx);
+    free(ref);
+    free(g.logits);
+}
+END_TEST
+
+START_TEST(qwen3_next_layout)
+{
+    check_next(0);
+}
+END_TEST
+
+START_TEST(qwen3_next_moe)
+{
+    check_next(1);
 }
 END_TEST
 
@@ -864,6 +1243,7 @@ int main(void)
     tcase_add_test(ref, reference_vl_tiny);
     tcase_add_test(ref, reference_ref2);
     tcase_add_test(ref, describe_and_geometry);
+    tcase_add_test(ref, taps);
     suite_add_tcase(s, ref);
     TCase *rounds = tcase_create("rounds");
     tcase_set_timeout(rounds, 120);
@@ -878,6 +1258,8 @@ int main(void)
     tcase_add_test(broken, broken_geometry);
     tcase_add_test(broken, broken_tensors);
     tcase_add_test(broken, qwen3_next_layout);
+    tcase_add_test(broken, qwen3_next_moe);
+    tcase_add_test(broken, weight_dtypes);
     suite_add_tcase(s, broken);
     return run_suite(s);
 }

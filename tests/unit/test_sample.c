@@ -125,6 +125,42 @@ START_TEST(draws_follow_the_softmax)
 }
 END_TEST
 
+/* The draw skips tokens that cannot win; it must pick exactly what the
+ * plain argmax of logit + gumbel picks. */
+START_TEST(draw_equals_the_plain_gumbel_argmax)
+{
+    enum { V = 3000 };
+    static float l[V];
+    for (int trial = 0; trial < 60; trial++) {
+        /* spreads from flat to peaked, with ties and masked tokens */
+        double spread = 0.05 * (1 << (trial % 10));
+        for (int t = 0; t < V; t++) {
+            uint64_t b = loom_sample_bits(999, trial, t);
+            l[t] = (float)((double)(b >> 40) / 16777216.0 * spread);
+            if (t % 97 == 5)
+                l[t] = -INFINITY;
+            if (t % 7 == 3)
+                l[t] = l[t - 1];
+        }
+        for (int32_t pos = 0; pos < 20; pos++) {
+            uint64_t seed = 17 + (uint64_t)trial;
+            int32_t best = -1;
+            double bv = 0;
+            for (int t = 0; t < V; t++) {
+                if (!(l[t] > -INFINITY))
+                    continue;
+                double v = (double)l[t] + loom_sample_gumbel(seed, pos, t);
+                if (best < 0 || v > bv) {
+                    best = t;
+                    bv = v;
+                }
+            }
+            ck_assert_int_eq(loom_sample_draw(l, V, seed, pos), best);
+        }
+    }
+}
+END_TEST
+
 START_TEST(draw_never_picks_a_masked_token)
 {
     float l[8];
@@ -532,6 +568,7 @@ static Suite *suite(void)
     tcase_add_test(t, philox_known_answers);
     tcase_add_test(t, keyed_noise_is_a_pure_function_of_the_key);
     tcase_add_test(t, draws_follow_the_softmax);
+    tcase_add_test(t, draw_equals_the_plain_gumbel_argmax);
     tcase_add_test(t, draw_never_picks_a_masked_token);
     tcase_add_test(t, argmax_takes_the_lower_id_on_ties);
     tcase_add_test(t, top_k_keeps_the_k_best_ties_to_lower_id);

@@ -507,6 +507,19 @@ START_TEST(test_models_and_metrics)
     json_decref(j);
     resp_free(&r);
 
+    request(port, "GET", "/v1/models/qwen35-tiny", NULL, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    j = body_json(&r);
+    ck_assert_str_eq(str_of(j, "id"), "qwen35-tiny");
+    json_decref(j);
+    resp_free(&r);
+    request(port, "GET", "/v1/models/gpt-4", NULL, NULL, &r);
+    json_t *root;
+    json_t *e = check_error(&r, 404, &root);
+    ck_assert_str_eq(str_of(e, "code"), "model_not_found");
+    json_decref(root);
+    resp_free(&r);
+
     request(port, "GET", "/metrics", NULL, NULL, &r);
     ck_assert_int_eq(r.status, 200);
     char ct[128];
@@ -1097,23 +1110,38 @@ START_TEST(test_disconnect_cancels_stream)
     p.request_log = log;
     loom_server *srv = start(&p, 1);
     int port = loom_server_port(srv);
-    for (int chat = 0; chat < 2; chat++) {
-        const char *body =
-            chat ? "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-                   "\"max_tokens\":4000,\"ignore_eos\":true,\"stream\":true}"
-                 : "{\"prompt\":[3,4,5],\"max_tokens\":4000,\"ignore_eos\":"
-                   "true,\"stream\":true}";
-        loom_socket s = open_req(
-            port, "POST", chat ? "/v1/chat/completions" : "/v1/completions",
-            NULL, body);
-        srv_buf got = {0};
-        read_until(s, "data: {", &got);
-        srv_buf_free(&got);
+    /* a completion stream, a chat stream, and a plain (not streamed)
+     * completion whose client leaves while it generates */
+    static const struct {
+        const char *path, *body, *log_mark;
+    } v[] = {
+        {"/v1/completions",
+         "{\"prompt\":[3,4,5],\"max_tokens\":4000,\"ignore_eos\":true,"
+         "\"stream\":true}",
+         "\"/v1/completions\""},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+         "\"max_tokens\":4000,\"ignore_eos\":true,\"stream\":true}",
+         "chat/completions"},
+        {"/v1/completions",
+         "{\"prompt\":[3,4,5],\"max_tokens\":4000,\"ignore_eos\":true}",
+         "\"status\":499"},
+    };
+    for (int k = 0; k < 3; k++) {
+        loom_socket s = open_req(port, "POST", v[k].path, NULL, v[k].body);
+        if (k < 2) {
+            srv_buf got = {0};
+            read_until(s, "data: {", &got);
+            srv_buf_free(&got);
+        } else {
+            while (metric(port, "loom_streams_active") != 1)
+                loom_sleep_ms(5);
+        }
         loom_socket_close(s);
         /* the stream ends well before its 4000 tokens and frees its cache */
         uint64_t t0 = loom_now_ns();
         while (metric(port, "loom_streams_active") != 0 ||
-               metric(port, "loom_generations_total") != chat + 1) {
+               metric(port, "loom_generations_total") != k + 1) {
             ck_assert_msg(loom_now_ns() - t0 < 20000000000ull,
                           "stream still active 20 s after the client left");
             loom_sleep_ms(10);
@@ -1122,8 +1150,7 @@ START_TEST(test_disconnect_cancels_stream)
         /* the log's line for it says so */
         t0 = loom_now_ns();
         char *line = NULL;
-        while (!(line = last_line_with(log, chat ? "chat/completions"
-                                                 : "\"/v1/completions"))) {
+        while (!(line = last_line_with(log, v[k].log_mark))) {
             ck_assert(loom_now_ns() - t0 < 5000000000ull);
             loom_sleep_ms(10);
         }
@@ -1403,9 +1430,15 @@ START_TEST(test_graceful_stop)
     for (int drain = 1; drain >= 0; drain--) {
         loom_server *srv = start(NULL, 1);
         int port = loom_server_port(srv);
+        /* drained: a short stream finishes; not drained: a long one (4000
+         * tokens take seconds) is cancelled */
         loom_socket s = open_req(port, "POST", "/v1/completions", NULL,
-                                 "{\"prompt\":[3,4,5],\"max_tokens\":400,"
-                                 "\"ignore_eos\":true,\"stream\":true}");
+                                 drain ? "{\"prompt\":[3,4,5],\"max_tokens\":"
+                                         "400,\"ignore_eos\":true,\"stream\":"
+                                         "true}"
+                                       : "{\"prompt\":[3,4,5],\"max_tokens\":"
+                                         "4000,\"ignore_eos\":true,"
+                                         "\"stream\":true}");
         srv_buf got = {0};
         read_until(s, "data: {", &got);
         stop_arg a = {srv, drain ? 30000u : 0u};
@@ -1435,7 +1468,7 @@ static Suite *suite(void)
 {
     Suite *s = suite_create("server");
     TCase *tc = tcase_create("server");
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_sha256_vectors);
     tcase_add_test(tc, test_keyring_parse);
     tcase_add_test(tc, test_health_loading_then_ready);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include <jansson.h>
+#include <loom/platform.h>
 #include <loom/tokenizer.h>
 
 #include "testutil.h"
@@ -50,10 +51,9 @@ static void check_encode(const loom_tokenizer *tok, const char *name,
     int32_t *got = NULL;
     size_t n = 0;
     loom_err err;
-    loom_status st =
-        loom_tokenizer_encode(tok, json_string_value(text),
-                              json_string_length(text), parse_special, &got,
-                              &n, &err);
+    loom_status st = loom_tokenizer_encode(tok, json_string_value(text),
+                                           json_string_length(text),
+                                           parse_special, &got, &n, &err);
     ck_assert_msg(st == LOOM_OK, "%s: encode %s: %s", name,
                   json_string_value(text), err.msg);
     size_t want = json_array_size(ids);
@@ -146,9 +146,8 @@ END_TEST
 
 /* The tiny fixtures' goldens have no decoded text: their texts are NFC
  * already, so decoding must give the text back. */
-static const char *const MODELS[] = {"models/qwen35-tiny",
-                                     "models/qwen35-vl-tiny",
-                                     "models/nemotron-h-tiny"};
+static const char *const MODELS[] = {
+    "models/qwen35-tiny", "models/qwen35-vl-tiny", "models/nemotron-h-tiny"};
 
 START_TEST(model_goldens)
 {
@@ -169,7 +168,8 @@ START_TEST(model_goldens)
     {
         ck_assert_int_eq(loom_tokenizer_token_id(tok, key),
                          json_integer_value(v));
-        ck_assert(loom_tokenizer_is_special(tok, (int32_t)json_integer_value(v)));
+        ck_assert(
+            loom_tokenizer_is_special(tok, (int32_t)json_integer_value(v)));
         ck_assert_str_eq(
             loom_tokenizer_token_text(tok, (int32_t)json_integer_value(v)),
             key);
@@ -188,9 +188,8 @@ START_TEST(model_goldens)
 }
 END_TEST
 
-static const char *const REF_NAMES[] = {"qwen3", "qwen35-tiny",
-                                        "qwen35-vl-tiny", "nemotron-h-tiny",
-                                        "kjv-qwen35"};
+static const char *const REF_NAMES[] = {
+    "qwen3", "qwen35-tiny", "qwen35-vl-tiny", "nemotron-h-tiny", "kjv-qwen35"};
 static const char *const REF_DIRS[] = {
     NULL, "models/qwen35-tiny", "models/qwen35-vl-tiny",
     "models/nemotron-h-tiny", "../../models/kjv-qwen35"};
@@ -198,8 +197,8 @@ static const char *const REF_DIRS[] = {
 START_TEST(hf_refs)
 {
     ck_assert_ptr_nonnull(refs);
-    json_t *r = json_object_get(json_object_get(refs, "tokenizers"),
-                                REF_NAMES[_i]);
+    json_t *r =
+        json_object_get(json_object_get(refs, "tokenizers"), REF_NAMES[_i]);
     ck_assert_ptr_nonnull(r);
     ck_assert_ptr_null(json_object_get(r, "error"));
     loom_tokenizer *tok = qwen3;
@@ -266,16 +265,16 @@ START_TEST(qwen3_api)
     int32_t *ids;
     size_t n;
     loom_err err;
-    ck_assert_int_eq(loom_tokenizer_encode(qwen3, "<|im_end|>", 10, 0, &ids,
-                                           &n, &err),
-                     LOOM_OK);
+    ck_assert_int_eq(
+        loom_tokenizer_encode(qwen3, "<|im_end|>", 10, 0, &ids, &n, &err),
+        LOOM_OK);
     ck_assert_uint_gt(n, 1);
     for (size_t i = 0; i < n; i++)
         ck_assert_int_ne(ids[i], 151645);
     free(ids);
-    ck_assert_int_eq(loom_tokenizer_encode(qwen3, "<|im_end|>", 10, 1, &ids,
-                                           &n, &err),
-                     LOOM_OK);
+    ck_assert_int_eq(
+        loom_tokenizer_encode(qwen3, "<|im_end|>", 10, 1, &ids, &n, &err),
+        LOOM_OK);
     ck_assert_uint_eq(n, 1);
     ck_assert_int_eq(ids[0], 151645);
     free(ids);
@@ -304,17 +303,17 @@ START_TEST(long_words)
                      LOOM_OK);
     char *back;
     size_t blen;
-    ck_assert_int_eq(loom_tokenizer_decode(qwen3, ids, n, 0, &back, &blen, &err),
-                     LOOM_OK);
+    ck_assert_int_eq(
+        loom_tokenizer_decode(qwen3, ids, n, 0, &back, &blen, &err), LOOM_OK);
     ck_assert_uint_eq(blen, len);
     ck_assert(memcmp(back, s, len) == 0);
     free(back);
     free(ids);
     memset(s, ' ', 100000);
-    ck_assert_int_eq(
-        loom_tokenizer_encode(qwen3, s, 100000, 1, &ids, &n, &err), LOOM_OK);
-    ck_assert_int_eq(loom_tokenizer_decode(qwen3, ids, n, 0, &back, &blen, &err),
+    ck_assert_int_eq(loom_tokenizer_encode(qwen3, s, 100000, 1, &ids, &n, &err),
                      LOOM_OK);
+    ck_assert_int_eq(
+        loom_tokenizer_decode(qwen3, ids, n, 0, &back, &blen, &err), LOOM_OK);
     ck_assert_uint_eq(blen, 100000);
     free(back);
     free(ids);
@@ -329,12 +328,12 @@ START_TEST(invalid_utf8)
         const char *s;
         size_t len, at;
     } bad[] = {
-        {"ab\xFF", 3, 2},         /* never valid */
-        {"\xC3", 1, 0},           /* truncated */
-        {"x\xC0\x80", 3, 1},      /* overlong NUL */
-        {"\xED\xA0\x80", 3, 0},   /* surrogate */
+        {"ab\xFF", 3, 2},           /* never valid */
+        {"\xC3", 1, 0},             /* truncated */
+        {"x\xC0\x80", 3, 1},        /* overlong NUL */
+        {"\xED\xA0\x80", 3, 0},     /* surrogate */
         {"\xF4\x90\x80\x80", 4, 0}, /* above U+10FFFF */
-        {"ok \x80 ok", 7, 3},     /* lone continuation */
+        {"ok \x80 ok", 7, 3},       /* lone continuation */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int32_t *ids = NULL;
@@ -362,17 +361,18 @@ START_TEST(decode_errors_and_partial)
                      LOOM_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "151669"));
     int32_t neg = -3;
-    ck_assert_int_eq(loom_tokenizer_decode(qwen3, &neg, 1, 0, &text, NULL, &err),
-                     LOOM_ERR_INVALID);
+    ck_assert_int_eq(
+        loom_tokenizer_decode(qwen3, &neg, 1, 0, &text, NULL, &err),
+        LOOM_ERR_INVALID);
 
     /* U+10348 is 4 bytes split over several tokens; the first holds only a
      * part of the character: the stream holds it back, then flush gives one
      * U+FFFD as HF's decode of that lone token does. */
     int32_t *ids;
     size_t n;
-    ck_assert_int_eq(loom_tokenizer_encode(qwen3, "\xF0\x90\x8D\x88", 4, 1,
-                                           &ids, &n, &err),
-                     LOOM_OK);
+    ck_assert_int_eq(
+        loom_tokenizer_encode(qwen3, "\xF0\x90\x8D\x88", 4, 1, &ids, &n, &err),
+        LOOM_OK);
     ck_assert_uint_ge(n, 2);
     loom_detok *d;
     ck_assert_int_eq(loom_detok_new(qwen3, 0, &d, &err), LOOM_OK);
@@ -390,6 +390,59 @@ START_TEST(decode_errors_and_partial)
                      LOOM_ERR_INVALID);
     loom_detok_free(d);
     free(ids);
+}
+END_TEST
+
+/* Encoding is [thread-safe]: threads sharing one tokenizer each get the
+ * reference ids. */
+typedef struct worker {
+    json_t *cases;
+    int mismatches;
+} worker;
+
+static void encode_all(void *arg)
+{
+    worker *w = arg;
+    for (int round = 0; round < 5; round++) {
+        size_t i;
+        json_t *c;
+        json_array_foreach(w->cases, i, c)
+        {
+            json_t *text = json_object_get(c, "text");
+            json_t *want = json_object_get(c, "ids");
+            int32_t *ids = NULL;
+            size_t n = 0;
+            loom_err err;
+            if (loom_tokenizer_encode(qwen3, json_string_value(text),
+                                      json_string_length(text), 1, &ids, &n,
+                                      &err) != LOOM_OK ||
+                n != json_array_size(want)) {
+                w->mismatches++;
+            } else {
+                for (size_t k = 0; k < n; k++)
+                    w->mismatches +=
+                        ids[k] != json_integer_value(json_array_get(want, k));
+            }
+            free(ids);
+        }
+    }
+}
+
+START_TEST(concurrent)
+{
+    ck_assert_ptr_nonnull(qwen3);
+    json_t *cases = json_object_get(
+        json_object_get(json_object_get(refs, "tokenizers"), "qwen3"), "cases");
+    worker w[3] = {{cases, 0}, {cases, 0}, {cases, 0}};
+    loom_thread *t[3];
+    loom_err err;
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(loom_thread_start(&t[i], encode_all, &w[i], &err),
+                         LOOM_OK);
+    for (int i = 0; i < 3; i++) {
+        loom_thread_join(t[i]);
+        ck_assert_int_eq(w[i].mismatches, 0);
+    }
 }
 END_TEST
 
@@ -457,6 +510,9 @@ static const struct {
      "\"byte_fallback\": true}}",
      LOOM_ERR_UNSUPPORTED, "byte_fallback"},
     {"{\"model\": ", LOOM_ERR_FORMAT, "tokenizer.json:1:"},
+    {"{" GOOD_MODEL "}", LOOM_ERR_UNSUPPORTED, "ByteLevel"},
+    {"{" GOOD_MODEL ", \"pre_tokenizer\": {\"type\": \"Digits\"}}",
+     LOOM_ERR_UNSUPPORTED, "byte-level"},
 };
 
 START_TEST(malformed)
@@ -500,7 +556,9 @@ START_TEST(options)
         "{\"id\": 11, \"content\": \"xy\", \"special\": false, "
         "\"single_word\": true, \"normalized\": false},"
         "{\"id\": 12, \"content\": \"qq\", \"special\": false, "
-        "\"normalized\": true}],"
+        "\"normalized\": true},"
+        "{\"id\": 13, \"content\": \"a \\u0120\", \"special\": false, "
+        "\"normalized\": false}],"
         "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, "
         "\"\\u0120\": 2, \"\\u0120a\": 3, \"ab\": 4, \"\\u0120ab\": 5, "
         "\"x\": 6, \"y\": 7, \"q\": 8}, \"merges\": [\"\\u0120 a\", "
@@ -539,6 +597,18 @@ START_TEST(options)
                           cases[i].text, k, ids[k]);
         free(ids);
     }
+    /* Decoding goes through the byte-level alphabet ("\u0120" is a space)
+     * unless a token has a character outside it, like the space in id 13. */
+    int32_t dec[] = {3, 10, 13};
+    char *text;
+    ck_assert_int_eq(loom_tokenizer_decode(tok, dec, 3, 0, &text, NULL, &err),
+                     LOOM_OK);
+    ck_assert_str_eq(text, " a<S>a \xC4\xA0");
+    free(text);
+    ck_assert_int_eq(loom_tokenizer_decode(tok, dec, 3, 1, &text, NULL, &err),
+                     LOOM_OK);
+    ck_assert_str_eq(text, " aa \xC4\xA0");
+    free(text);
     loom_tokenizer_free(tok);
 }
 END_TEST
@@ -555,6 +625,7 @@ static Suite *suite(void)
     tcase_add_test(shared, long_words);
     tcase_add_test(shared, invalid_utf8);
     tcase_add_test(shared, decode_errors_and_partial);
+    tcase_add_test(shared, concurrent);
     suite_add_tcase(s, shared);
     TCase *small = tcase_create("small");
     tcase_add_loop_test(small, model_goldens, 0, 3);

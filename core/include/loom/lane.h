@@ -89,7 +89,8 @@ typedef struct loom_lane_params {
     loom_lane_piece_fn piece;        /* text without a tokenizer; or NULL */
     void *piece_ctx;
     /* Most streams holding a cache at once; more wait in the queue. 0: the
-     * smaller of 64 and half the engine's max_rows. */
+     * smaller of 64 and half the engine's max_rows. At most round_tokens - 1,
+     * so every round has room for a prompt row. */
     int32_t max_streams;
     /* Most streams waiting; loom_lane_add answers LOOM_ERR_FULL beyond
      * it. 0: 4096. */
@@ -113,8 +114,9 @@ void loom_lane_free(loom_lane *lane);
 /* Adds a stream [any-thread]. It starts at a later round. The id is never
  * reused by this lane. Refuses (LOOM_ERR_INVALID / LOOM_ERR_RANGE with a
  * message) an empty prompt, a token out of the vocabulary, a prompt that
- * fills the context, bad sampling parameters; LOOM_ERR_FULL when the queue
- * is full; LOOM_ERR_STATE while the lane is being freed. */
+ * fills the context, bad sampling parameters; LOOM_ERR_UNSUPPORTED stop
+ * strings on a lane without text; LOOM_ERR_FULL when the queue is full;
+ * LOOM_ERR_STATE while the lane is being freed. */
 loom_status loom_lane_add(loom_lane *lane, const loom_stream_params *params,
                           uint64_t *id, loom_err *err);
 /* Cancels a stream [any-thread]: at the next round it gets its final
@@ -128,10 +130,10 @@ loom_status loom_lane_start(loom_lane *lane, loom_err *err);
  * and resume on the next start or step. */
 void loom_lane_stop(loom_lane *lane);
 
-/* One round on the caller's thread (tests, the CLI). *n_rows (may be NULL)
- * gets the rows forwarded, 0 when there was nothing to do. LOOM_ERR_STATE
- * while the lane thread runs. A failed forward ends the round's streams
- * with ERROR events and is returned here as well. */
+/* One round on the caller's thread (tests, the CLI; one caller at a time).
+ * *n_rows (may be NULL) gets the rows forwarded, 0 when there was nothing
+ * to do. LOOM_ERR_STATE while the lane thread runs. A failed forward ends the
+ * round's streams with ERROR events and is returned here as well. */
 loom_status loom_lane_step(loom_lane *lane, int32_t *n_rows, loom_err *err);
 /* Streams not yet finished (active + queued) [any-thread]. */
 int32_t loom_lane_pending(loom_lane *lane);
@@ -147,8 +149,8 @@ typedef struct loom_lane_stats {
     uint64_t prompt_tokens;    /* prompt rows forwarded */
     uint64_t generated_tokens; /* tokens sampled */
     double forward_s;          /* time inside forward */
-    double prefill_tok_s;      /* over the last few seconds of rounds */
-    double decode_tok_s;
+    double prefill_tok_s;      /* over the last second or so of rounds; 0 */
+    double decode_tok_s;       /* once the lane has been idle for 2 s */
     double ttft_last_s, ttft_avg_s; /* over finished first tokens */
 } loom_lane_stats;
 

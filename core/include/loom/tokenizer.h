@@ -14,7 +14,8 @@ typedef struct loom_detok loom_detok;
 /* Opens `tokenizer.json` in a checkpoint directory, or the file itself when
  * PATH names a file. Supported: model BPE (byte-level, merges as "a b" or
  * ["a", "b"]), added_tokens, normalizers NFC/NFD/NFKC/NFKD/Lowercase/Sequence,
- * pre-tokenizers Split/ByteLevel/Sequence, decoder ByteLevel. Any other
+ * pre-tokenizers Split/ByteLevel/Digits/Sequence (a ByteLevel step is
+ * required), decoder ByteLevel. Any other
  * component type is refused by name (LOOM_ERR_UNSUPPORTED). The tokenizer is
  * immutable once open: every call below is [thread-safe]. */
 loom_status loom_tokenizer_open(const char *path, loom_tokenizer **out,
@@ -35,10 +36,9 @@ loom_status loom_tokenizer_encode(const loom_tokenizer *tok, const char *text,
  * UTF-8 byte runs become U+FFFD as `tokenizers` decode does. With
  * SKIP_SPECIAL, special added tokens are left out. An id outside the
  * vocabulary gives LOOM_ERR_INVALID. */
-loom_status loom_tokenizer_decode(const loom_tokenizer *tok,
-                                  const int32_t *ids, size_t n,
-                                  int skip_special, char **text, size_t *len,
-                                  loom_err *err);
+loom_status loom_tokenizer_decode(const loom_tokenizer *tok, const int32_t *ids,
+                                  size_t n, int skip_special, char **text,
+                                  size_t *len, loom_err *err);
 
 /* One more than the largest id (vocabulary and added tokens). */
 size_t loom_tokenizer_vocab_size(const loom_tokenizer *tok);

@@ -513,6 +513,18 @@ int loom_signals_wait(uint32_t ms)
 
 /* ---------------------------------------------------------------- sockets */
 
+/* Linux spellings; elsewhere the plain call (SIGPIPE is ignored by servers
+ * through loom_signals_block). */
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0
+#endif
+#ifndef SOCK_CLOEXEC
+#define SOCK_CLOEXEC 0
+#endif
+#ifndef POLLRDHUP
+#define POLLRDHUP 0
+#endif
+
 loom_status loom_tcp_connect(const char *host, int port, loom_socket *out,
                              loom_err *err)
 {

@@ -1,0 +1,643 @@
+/* Chat template values: Jansson values with Python's semantics (truth,
+ * equality, str() and repr(), json.dumps as HF's tojson calls it) and the
+ * str helpers that work by code point. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat_template_impl.h"
+
+void loom__ct_sb_add(ct_buf *b, const char *s, size_t len)
+{
+    if (b->oom)
+        return;
+    if (b->n + len + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + len + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, len);
+    b->n += len;
+    b->p[b->n] = '\0';
+}
+
+void loom__ct_sb_str(ct_buf *b, const char *s)
+{
+    loom__ct_sb_add(b, s, strlen(s));
+}
+
+/* ------------------------------------------------------------- values */
+
+const char *loom__ct_type_name(json_t *v)
+{
+    if (!v)
+        return "undefined";
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "dict";
+    case JSON_ARRAY:
+        return "list";
+    case JSON_STRING:
+        return "str";
+    case JSON_INTEGER:
+        return "int";
+    case JSON_REAL:
+        return "float";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "bool";
+    default:
+        return "NoneType";
+    }
+}
+
+int loom__ct_truthy(json_t *v)
+{
+    if (!v)
+        return 0;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return json_object_size(v) > 0;
+    case JSON_ARRAY:
+        return json_array_size(v) > 0;
+    case JSON_STRING:
+        return json_string_length(v) > 0;
+    case JSON_INTEGER:
+        return json_integer_value(v) != 0;
+    case JSON_REAL:
+        return json_real_value(v) != 0;
+    case JSON_TRUE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int loom__ct_is_num(json_t *v)
+{
+    return v && (json_is_number(v) || json_is_boolean(v));
+}
+
+double loom__ct_num(json_t *v)
+{
+    return json_is_boolean(v) ? (json_is_true(v) ? 1 : 0)
+                              : json_number_value(v);
+}
+
+int loom__ct_is_int(json_t *v)
+{
+    return v && (json_is_integer(v) || json_is_boolean(v));
+}
+
+json_int_t loom__ct_inum(json_t *v)
+{
+    return json_is_boolean(v) ? json_is_true(v) : json_integer_value(v);
+}
+
+/* Python's repr of a float: the shortest digits that read back the same. */
+static void py_float(double d, char *out, size_t size)
+{
+    if (isnan(d)) {
+        snprintf(out, size, "NaN");
+        return;
+    }
+    if (isinf(d)) {
+        snprintf(out, size, d > 0 ? "Infinity" : "-Infinity");
+        return;
+    }
+    char e[40];
+    int prec = 1;
+    for (; prec <= 17; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec - 1, d);
+        if (strtod(e, NULL) == d)
+            break;
+    }
+    /* e is like "-1.2345e+02": split digits and exponent. */
+    char digits[24];
+    size_t nd = 0;
+    const char *q = e;
+    int negative = *q == '-';
+    if (negative)
+        q++;
+    for (; *q && *q != 'e'; q++)
+        if (*q != '.')
+            digits[nd++] = *q;
+    digits[nd] = '\0';
+    int exp = atoi(q + 1);
+    char *o = out;
+    size_t left = size;
+#define PUT(...)                                                               \
+    do {                                                                       \
+        int k_ = snprintf(o, left, __VA_ARGS__);                               \
+        if (k_ > 0 && (size_t)k_ < left) {                                     \
+            o += k_;                                                           \
+            left -= (size_t)k_;                                                \
+        }                                                                      \
+    } while (0)
+    if (negative)
+        PUT("-");
+    if (exp < -4 || exp >= 16) {
+        PUT("%c", digits[0]);
+        if (nd > 1)
+            PUT(".%s", digits + 1);
+        PUT("e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    } else if (exp < 0) {
+        PUT("0.");
+        for (int i = 0; i < -exp - 1; i++)
+            PUT("0");
+        PUT("%s", digits);
+    } else {
+        for (int i = 0; i <= exp; i++)
+            PUT("%c", i < (int)nd ? digits[i] : '0');
+        PUT(".");
+        if ((int)nd > exp + 1)
+            PUT("%s", digits + exp + 1);
+        else
+            PUT("0");
+    }
+#undef PUT
+}
+
+/* JSON text as Python's json.dumps(ensure_ascii=False) writes it. */
+static void json_str(ct_buf *b, const char *s, size_t len)
+{
+    loom__ct_sb_add(b, "\"", 1);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        char esc[8];
+        switch (ch) {
+        case '"':
+            loom__ct_sb_add(b, "\\\"", 2);
+            break;
+        case '\\':
+            loom__ct_sb_add(b, "\\\\", 2);
+            break;
+        case '\n':
+            loom__ct_sb_add(b, "\\n", 2);
+            break;
+        case '\r':
+            loom__ct_sb_add(b, "\\r", 2);
+            break;
+        case '\t':
+            loom__ct_sb_add(b, "\\t", 2);
+            break;
+        case '\b':
+            loom__ct_sb_add(b, "\\b", 2);
+            break;
+        case '\f':
+            loom__ct_sb_add(b, "\\f", 2);
+            break;
+        default:
+            if (ch < 0x20) {
+                snprintf(esc, sizeof esc, "\\u%04x", ch);
+                loom__ct_sb_add(b, esc, 6);
+            } else {
+                loom__ct_sb_add(b, (const char *)&ch, 1);
+            }
+        }
+    }
+    loom__ct_sb_add(b, "\"", 1);
+}
+
+static void indent_to(ct_buf *b, int indent, int level)
+{
+    loom__ct_sb_add(b, "\n", 1);
+    for (int i = 0; i < indent * level; i++)
+        loom__ct_sb_add(b, " ", 1);
+}
+
+void loom__ct_to_json(ct_buf *b, json_t *v, int indent, int level)
+{
+    char tmp[64];
+    if (!v || json_is_null(v)) {
+        loom__ct_sb_str(b, "null");
+    } else if (json_is_true(v)) {
+        loom__ct_sb_str(b, "true");
+    } else if (json_is_false(v)) {
+        loom__ct_sb_str(b, "false");
+    } else if (json_is_integer(v)) {
+        snprintf(tmp, sizeof tmp, "%lld", (long long)json_integer_value(v));
+        loom__ct_sb_str(b, tmp);
+    } else if (json_is_real(v)) {
+        py_float(json_real_value(v), tmp, sizeof tmp);
+        loom__ct_sb_str(b, tmp);
+    } else if (json_is_string(v)) {
+        json_str(b, json_string_value(v), json_string_length(v));
+    } else if (json_is_array(v)) {
+        loom__ct_sb_str(b, "[");
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x)
+        {
+            if (i)
+                loom__ct_sb_str(b, indent >= 0 ? "," : ", ");
+            if (indent >= 0)
+                indent_to(b, indent, level + 1);
+            loom__ct_to_json(b, x, indent, level + 1);
+        }
+        if (indent >= 0 && json_array_size(v))
+            indent_to(b, indent, level);
+        loom__ct_sb_str(b, "]");
+    } else {
+        loom__ct_sb_str(b, "{");
+        const char *k;
+        json_t *x;
+        int first = 1;
+        json_object_foreach(v, k, x)
+        {
+            if (!first)
+                loom__ct_sb_str(b, indent >= 0 ? "," : ", ");
+            first = 0;
+            if (indent >= 0)
+                indent_to(b, indent, level + 1);
+            json_str(b, k, strlen(k));
+            loom__ct_sb_str(b, ": ");
+            loom__ct_to_json(b, x, indent, level + 1);
+        }
+        if (indent >= 0 && json_object_size(v))
+            indent_to(b, indent, level);
+        loom__ct_sb_str(b, "}");
+    }
+}
+
+/* Python's str() of a value (repr for the strings inside containers). */
+void loom__ct_py_str(ct_buf *b, json_t *v, int top)
+{
+    char tmp[64];
+    if (!v)
+        return; /* undefined prints as nothing */
+    switch (json_typeof(v)) {
+    case JSON_NULL:
+        loom__ct_sb_str(b, "None");
+        break;
+    case JSON_TRUE:
+        loom__ct_sb_str(b, "True");
+        break;
+    case JSON_FALSE:
+        loom__ct_sb_str(b, "False");
+        break;
+    case JSON_INTEGER:
+        snprintf(tmp, sizeof tmp, "%lld", (long long)json_integer_value(v));
+        loom__ct_sb_str(b, tmp);
+        break;
+    case JSON_REAL:
+        py_float(json_real_value(v), tmp, sizeof tmp);
+        loom__ct_sb_str(b, tmp);
+        break;
+    case JSON_STRING: {
+        const char *s = json_string_value(v);
+        size_t len = json_string_length(v);
+        if (top) {
+            loom__ct_sb_add(b, s, len);
+            break;
+        }
+        char q = memchr(s, '\'', len) && !memchr(s, '"', len) ? '"' : '\'';
+        loom__ct_sb_add(b, &q, 1);
+        for (size_t i = 0; i < len; i++) {
+            if (s[i] == q || s[i] == '\\') {
+                loom__ct_sb_add(b, "\\", 1);
+                loom__ct_sb_add(b, s + i, 1);
+            } else if (s[i] == '\n') {
+                loom__ct_sb_str(b, "\\n");
+            } else if (s[i] == '\t') {
+                loom__ct_sb_str(b, "\\t");
+            } else if (s[i] == '\r') {
+                loom__ct_sb_str(b, "\\r");
+            } else {
+                loom__ct_sb_add(b, s + i, 1);
+            }
+        }
+        loom__ct_sb_add(b, &q, 1);
+        break;
+    }
+    case JSON_ARRAY: {
+        loom__ct_sb_str(b, "[");
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x)
+        {
+            if (i)
+                loom__ct_sb_str(b, ", ");
+            loom__ct_py_str(b, x, 0);
+        }
+        loom__ct_sb_str(b, "]");
+        break;
+    }
+    case JSON_OBJECT: {
+        loom__ct_sb_str(b, "{");
+        const char *k;
+        json_t *x;
+        int first = 1;
+        json_object_foreach(v, k, x)
+        {
+            if (!first)
+                loom__ct_sb_str(b, ", ");
+            first = 0;
+            json_t *key = json_string(k);
+            loom__ct_py_str(b, key, 0);
+            json_decref(key);
+            loom__ct_sb_str(b, ": ");
+            loom__ct_py_str(b, x, 0);
+        }
+        loom__ct_sb_str(b, "}");
+        break;
+    }
+    }
+}
+
+json_t *loom__ct_str_of(json_t *v)
+{
+    if (v && json_is_string(v))
+        return json_incref(v);
+    ct_buf b = {0};
+    loom__ct_py_str(&b, v, 1);
+    json_t *s = b.oom ? NULL : json_stringn_nocheck(b.p ? b.p : "", b.n);
+    free(b.p);
+    return s;
+}
+
+int loom__ct_equal(json_t *a, json_t *b)
+{
+    if (!a || !b)
+        return !a && !b;
+    if (loom__ct_is_num(a) && loom__ct_is_num(b))
+        return loom__ct_num(a) == loom__ct_num(b);
+    return json_equal(a, b);
+}
+
+/* ---- UTF-8 code point indexing for len(), s[i] and slices */
+
+size_t loom__ct_u8_count(const char *s, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++)
+        n += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return n;
+}
+
+/* Byte offset of code point IDX (IDX <= count). */
+size_t loom__ct_u8_offset(const char *s, size_t len, size_t idx)
+{
+    size_t i = 0;
+    while (i < len && idx > 0) {
+        i++;
+        while (i < len && ((unsigned char)s[i] & 0xC0) == 0x80)
+            i++;
+        idx--;
+    }
+    return i;
+}
+
+static int u8_is_space(const char *s, size_t len, size_t *k)
+{
+    unsigned char c = (unsigned char)s[0];
+    if (c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F)) {
+        *k = 1;
+        return 1;
+    }
+    static const char *const u[] = {
+        "\xC2\x85",     "\xC2\xA0",     "\xE1\x9A\x80",
+        "\xE2\x80\xA8", "\xE2\x80\xA9", "\xE2\x80\xAF",
+        "\xE2\x81\x9F", "\xE3\x80\x80", NULL};
+    for (size_t i = 0; u[i]; i++) {
+        size_t n = strlen(u[i]);
+        if (len >= n && !memcmp(s, u[i], n)) {
+            *k = n;
+            return 1;
+        }
+    }
+    /* U+2000..U+200A */
+    if (len >= 3 && c == 0xE2 && (unsigned char)s[1] == 0x80 &&
+        (unsigned char)s[2] >= 0x80 && (unsigned char)s[2] <= 0x8A) {
+        *k = 3;
+        return 1;
+    }
+    return 0;
+}
+
+size_t loom__ct_u8_len_at(const char *s, size_t len)
+{
+    size_t k = 1;
+    while (k < len && ((unsigned char)s[k] & 0xC0) == 0x80)
+        k++;
+    return k;
+}
+
+/* Is the code point at s one of CHARS (or white space when CHARS is NULL)?
+ * *k gets its length. */
+static int strip_match(const char *s, size_t len, json_t *chars, size_t *k)
+{
+    if (!chars)
+        return u8_is_space(s, len, k);
+    *k = loom__ct_u8_len_at(s, len);
+    const char *c = json_string_value(chars);
+    size_t cl = json_string_length(chars);
+    for (size_t i = 0; i < cl;) {
+        size_t m = loom__ct_u8_len_at(c + i, cl - i);
+        if (m == *k && !memcmp(c + i, s, m))
+            return 1;
+        i += m;
+    }
+    return 0;
+}
+
+json_t *loom__ct_strip(json_t *v, json_t *chars, int left, int right)
+{
+    const char *s = json_string_value(v);
+    size_t a = 0, b = json_string_length(v), k;
+    if (left)
+        while (a < b && strip_match(s + a, b - a, chars, &k))
+            a += k;
+    if (right) {
+        while (b > a) {
+            size_t st = b - 1;
+            while (st > a && ((unsigned char)s[st] & 0xC0) == 0x80)
+                st--;
+            if (!strip_match(s + st, b - st, chars, &k) || st + k != b)
+                break;
+            b = st;
+        }
+    }
+    return json_stringn_nocheck(s + a, b - a);
+}
+
+json_t *loom__ct_split(json_t *v, json_t *sep, json_int_t maxsplit)
+{
+    const char *s = json_string_value(v);
+    size_t len = json_string_length(v);
+    json_t *out = json_array();
+    if (!out)
+        return NULL;
+    if (!sep || json_is_null(sep)) {
+        size_t i = 0, k;
+        for (;;) {
+            while (i < len && u8_is_space(s + i, len - i, &k))
+                i += k;
+            if (i >= len)
+                break;
+            size_t st = i;
+            if (maxsplit >= 0 && (json_int_t)json_array_size(out) == maxsplit) {
+                size_t e = len;
+                while (e > st) {
+                    size_t p = e - 1;
+                    while (p > st && ((unsigned char)s[p] & 0xC0) == 0x80)
+                        p--;
+                    if (!u8_is_space(s + p, e - p, &k))
+                        break;
+                    e = p;
+                }
+                json_array_append_new(out,
+                                      json_stringn_nocheck(s + st, e - st));
+                break;
+            }
+            while (i < len && !u8_is_space(s + i, len - i, &k))
+                i += loom__ct_u8_len_at(s + i, len - i);
+            json_array_append_new(out, json_stringn_nocheck(s + st, i - st));
+        }
+        return out;
+    }
+    const char *d = json_string_value(sep);
+    size_t dl = json_string_length(sep);
+    size_t st = 0;
+    for (size_t i = 0; dl && i + dl <= len;) {
+        if ((maxsplit < 0 || (json_int_t)json_array_size(out) < maxsplit) &&
+            !memcmp(s + i, d, dl)) {
+            json_array_append_new(out, json_stringn_nocheck(s + st, i - st));
+            i += dl;
+            st = i;
+        } else {
+            i++;
+        }
+    }
+    json_array_append_new(out, json_stringn_nocheck(s + st, len - st));
+    return out;
+}
+
+json_t *loom__ct_replace(json_t *v, json_t *from, json_t *to, json_int_t count)
+{
+    const char *s = json_string_value(v);
+    size_t len = json_string_length(v);
+    const char *f = json_string_value(from);
+    size_t fl = json_string_length(from);
+    ct_buf b = {0};
+    json_int_t done = 0;
+    size_t i = 0;
+    while (i < len) {
+        if (fl && (count < 0 || done < count) && i + fl <= len &&
+            !memcmp(s + i, f, fl)) {
+            loom__ct_sb_add(&b, json_string_value(to), json_string_length(to));
+            i += fl;
+            done++;
+        } else {
+            loom__ct_sb_add(&b, s + i, 1);
+            i++;
+        }
+    }
+    json_t *r = b.oom ? NULL : json_stringn_nocheck(b.p ? b.p : "", b.n);
+    free(b.p);
+    return r;
+}
+
+json_t *loom__ct_change_case(json_t *v, int mode)
+{
+    /* ASCII letters only: the templates lower/upper role names. */
+    size_t len = json_string_length(v);
+    char *s = malloc(len + 1);
+    if (!s)
+        return NULL;
+    memcpy(s, json_string_value(v), len);
+    int start = 1;
+    for (size_t i = 0; i < len; i++) {
+        char ch = s[i];
+        int alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+        int up = mode == 1 || ((mode == 2 || mode == 3) && start);
+        if (mode == 3 && i > 0)
+            up = 0;
+        if (alpha)
+            s[i] = up ? (char)(ch & ~0x20) : (char)(ch | 0x20);
+        start = mode == 2 ? !alpha : 0;
+    }
+    json_t *r = json_stringn_nocheck(s, len);
+    free(s);
+    return r;
+}
+
+json_t *loom__ct_slice(json_t *v, json_t *a, json_t *b, json_t *step)
+{
+    int is_str = json_is_string(v);
+    size_t len =
+        is_str ? loom__ct_u8_count(json_string_value(v), json_string_length(v))
+               : json_array_size(v);
+    json_int_t st = step ? loom__ct_inum(step) : 1;
+    if (st == 0)
+        return NULL;
+    json_int_t n = (json_int_t)len, lo, hi;
+    if (st > 0) {
+        lo = a ? loom__ct_inum(a) : 0;
+        hi = b ? loom__ct_inum(b) : n;
+        if (lo < 0)
+            lo += n;
+        if (hi < 0)
+            hi += n;
+        lo = lo < 0 ? 0 : lo > n ? n : lo;
+        hi = hi < 0 ? 0 : hi > n ? n : hi;
+    } else {
+        lo = a ? loom__ct_inum(a) : n - 1;
+        hi = b ? loom__ct_inum(b) : -1 - n;
+        if (lo < 0)
+            lo += n;
+        if (hi < 0)
+            hi += n;
+        lo = lo < -1 ? -1 : lo > n - 1 ? n - 1 : lo;
+        hi = hi < -1 ? -1 : hi > n - 1 ? n - 1 : hi;
+    }
+    json_t *out = is_str ? NULL : json_array();
+    ct_buf sb = {0};
+    const char *s = is_str ? json_string_value(v) : NULL;
+    size_t sl = is_str ? json_string_length(v) : 0;
+    for (json_int_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+        if (is_str) {
+            size_t o = loom__ct_u8_offset(s, sl, (size_t)i);
+            loom__ct_sb_add(&sb, s + o, loom__ct_u8_len_at(s + o, sl - o));
+        } else {
+            json_array_append(out, json_array_get(v, (size_t)i));
+        }
+    }
+    if (is_str) {
+        out = sb.oom ? NULL : json_stringn_nocheck(sb.p ? sb.p : "", sb.n);
+        free(sb.p);
+    }
+    return out;
+}
+
+json_t *loom__ct_item(json_t *v, json_t *k)
+{
+    if (json_is_object(v) && json_is_string(k))
+        return json_incref(json_object_get(v, json_string_value(k)));
+    if ((json_is_array(v) || json_is_string(v)) && loom__ct_is_int(k)) {
+        json_int_t i = loom__ct_inum(k);
+        size_t len = json_is_array(v)
+                         ? json_array_size(v)
+                         : loom__ct_u8_count(json_string_value(v),
+                                             json_string_length(v));
+        if (i < 0)
+            i += (json_int_t)len;
+        if (i < 0 || (size_t)i >= len)
+            return NULL;
+        if (json_is_array(v))
+            return json_incref(json_array_get(v, (size_t)i));
+        const char *s = json_string_value(v);
+        size_t sl = json_string_length(v);
+        size_t o = loom__ct_u8_offset(s, sl, (size_t)i);
+        return json_stringn_nocheck(s + o, loom__ct_u8_len_at(s + o, sl - o));
+    }
+    return NULL;
+}
