@@ -87,8 +87,8 @@ json_t *loom_cli_tensors_json(const loom_st *st, const char *dir)
 static int print_json(const loom_st *st, const char *dir)
 {
     json_t *root = loom_cli_tensors_json(st, dir);
-    int bad = !root ||
-              json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    int bad =
+        !root || json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(root);
     if (bad) {
         fprintf(stderr, "loom: out of memory listing tensors\n");

@@ -324,6 +324,18 @@ void loom_weight_row(const loom_weight *w, int64_t row, float *out)
                    (size_t)cols * sizeof *out);
             return;
         }
+        const uint8_t *src = (const uint8_t *)w->data + row * cols * 2;
+        if (w->dtype == LOOM_DTYPE_BF16) {
+            /* a shift per element, which the compiler vectorises: prefill
+             * converts every weight row once per tile of tokens */
+            for (int64_t c = 0; c < cols; c++) {
+                uint16_t h;
+                memcpy(&h, src + c * 2, sizeof h);
+                uint32_t u = (uint32_t)h << 16;
+                memcpy(&out[c], &u, sizeof u);
+            }
+            return;
+        }
         for (int64_t c = 0; c < cols; c++)
             out[c] = wq_load(w->data, w->dtype, row * cols + c);
         return;

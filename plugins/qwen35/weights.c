@@ -300,11 +300,14 @@ static size_t q35_weight_bytes(const loom_weight *w, size_t *data, size_t *sb)
 }
 
 /* Copies every linear weight out of the file mapping into one block of
- * ordinary memory. Decode streams all weights once per token, and reading
- * a file mapping can be several times slower than reading anonymous memory
- * (page-cache pages, 4 KiB mappings: measured 1-2 GB/s against 12-17 GB/s
- * on the development VM). When the block cannot be had, the weights stay in
- * the mapping: slower, not wrong. */
+ * ordinary memory. Decode streams all weights once per token; a mapping
+ * faults its pages in on the first pass (1.3 GB/s measured on the shared
+ * development VM) and, when other processes press on memory, the kernel
+ * drops clean page-cache pages so later passes pay again (1-2.6 GB/s
+ * measured then, against 20-26 GB/s from anonymous memory; 0.4 against 2.8
+ * tok/s decode on the 0.8B geometry). The copy costs the open one pass of
+ * faults (7 s for 1.5 GB there) and the memory. When the block cannot be had,
+ * the weights stay in the mapping: slower, not wrong. */
 static void q35_weights_resident(const loom_host *host, q35_weights *w,
                                  const q35_geometry *g)
 {

@@ -226,8 +226,53 @@ START_TEST(matmul_matches_reference)
         check_matmul(pool, dts[d], 64, 64, 1);
         check_matmul(pool, dts[d], 100, 257, 3);
         check_matmul(pool, dts[d], 15, 9, 5);
+        check_matmul(pool, dts[d], 300, 515, 9);
     }
     check_matmul(NULL, LOOM_DTYPE_BF16, 33, 70, 2);
+    loom_pool_free(pool);
+}
+END_TEST
+
+/* A row's result must not depend on how many tokens share the call: the
+ * families' commit checks compare logits bit for bit. */
+START_TEST(matmul_rows_independent_of_token_count)
+{
+    loom_pool *pool = NULL;
+    loom_err err;
+    ck_assert_int_eq(loom_pool_new(2, &pool, &err), LOOM_OK);
+    const int64_t rows = 300, cols = 1000 + 13, n_tok = 7;
+    uint32_t s = 12345;
+    uint16_t *wh = malloc((size_t)(rows * cols) * 2);
+    float *wf = malloc((size_t)(rows * cols) * 4);
+    float *x = malloc((size_t)(n_tok * cols) * 4);
+    float *yall = malloc((size_t)(n_tok * rows) * 4);
+    float *yone = malloc((size_t)rows * 4);
+    for (int64_t i = 0; i < rows * cols; i++) {
+        wf[i] = rnd(&s);
+        wh[i] = loom_f32_to_bf16(wf[i]);
+    }
+    for (int64_t i = 0; i < n_tok * cols; i++)
+        x[i] = rnd(&s);
+    loom_dtype dts[] = {LOOM_DTYPE_BF16, LOOM_DTYPE_F16, LOOM_DTYPE_F32};
+    for (int d = 0; d < 3; d++) {
+        loom_weight w;
+        memset(&w, 0, sizeof w);
+        w.dtype = dts[d];
+        w.rows = rows;
+        w.cols = cols;
+        w.data = dts[d] == LOOM_DTYPE_F32 ? (const void *)wf : (const void *)wh;
+        loom_matmul(pool, &w, x, yall, n_tok);
+        for (int64_t t = 0; t < n_tok; t++) {
+            loom_matmul(pool, &w, x + t * cols, yone, 1);
+            ck_assert_int_eq(memcmp(yone, yall + t * rows, (size_t)rows * 4),
+                             0);
+        }
+    }
+    free(wh);
+    free(wf);
+    free(x);
+    free(yall);
+    free(yone);
     loom_pool_free(pool);
 }
 END_TEST
@@ -242,6 +287,7 @@ int main(void)
     tcase_add_test(tc, platform_files);
     tcase_add_test(tc, json_accessors);
     tcase_add_test(tc, matmul_matches_reference);
+    tcase_add_test(tc, matmul_rows_independent_of_token_count);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include <jansson.h>
+#include <loom/checkpoint.h>
 #include <loom/engine.h>
 #include <loom/platform.h>
 #include <loom/safetensors.h>
@@ -707,6 +708,55 @@ START_TEST(broken_geometry)
 }
 END_TEST
 
+/* The probe: architectures first, model_type second, nothing else; eos
+ * ids gathered from config.json and generation_config.json. */
+START_TEST(probe_and_eos)
+{
+    loom_engine *e = open_ok(fixture("models/qwen35-tiny"));
+    const loom_plugin *pl = e->plugin->plugin;
+    const loom_host *host = &e->hs.host;
+    ck_assert_int_eq(pl->probe(host, e->ckpt), 100);
+    struct {
+        const char *edit;
+        int32_t score;
+    } cases[] = {
+        {"{\"architectures\": null}", 50},
+        {"{\"architectures\": [\"Qwen3NextForCausalLM\"]}", 100},
+        {"{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": "
+         "\"qwen3_next\"}",
+         50},
+        {"{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": "
+         "\"llama\"}",
+         0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *dir = copy_model("models/qwen35-tiny", cases[i].edit, 0);
+        loom_checkpoint *ck = NULL;
+        loom_err err = {{0}};
+        ck_assert_int_eq(loom_checkpoint_open(dir, &ck, &err), LOOM_OK);
+        ck_assert_msg(pl->probe(host, ck) == cases[i].score, "%s: %d",
+                      cases[i].edit, pl->probe(host, ck));
+        loom_checkpoint_close(ck);
+    }
+    loom_engine_close(e);
+
+    /* eos: the config's 1, then generation_config's list, deduplicated */
+    const char *dir = copy_model("models/qwen35-tiny", "{}", 0);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"eos_token_id\": [1, 7, 9]}", f);
+    fclose(f);
+    e = open_ok(dir);
+    ck_assert_int_eq(e->info.n_eos, 3);
+    ck_assert_int_eq(e->info.eos[0], 1);
+    ck_assert_int_eq(e->info.eos[1], 7);
+    ck_assert_int_eq(e->info.eos[2], 9);
+    loom_engine_close(e);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- writer */
 
 typedef struct st_entry {
@@ -1256,6 +1306,7 @@ int main(void)
     TCase *broken = tcase_create("broken");
     tcase_set_timeout(broken, 120);
     tcase_add_test(broken, broken_geometry);
+    tcase_add_test(broken, probe_and_eos);
     tcase_add_test(broken, broken_tensors);
     tcase_add_test(broken, qwen3_next_layout);
     tcase_add_test(broken, qwen3_next_moe);
