@@ -14,22 +14,6 @@ struct command {
     const char *summary;
 };
 
-/* Commands still being built elsewhere link weakly so the tree builds while
- * they are written; a missing one says so instead of running. */
-#if defined(__GNUC__)
-#define WEAK __attribute__((weak))
-#else
-#define WEAK
-#endif
-WEAK int loom_cmd_tokenize(int argc, char **argv);
-WEAK int loom_cmd_detokenize(int argc, char **argv);
-WEAK int loom_cmd_chat_format(int argc, char **argv);
-WEAK int loom_cmd_logits(int argc, char **argv);
-WEAK int loom_cmd_run(int argc, char **argv);
-WEAK int loom_cmd_bench(int argc, char **argv);
-WEAK int loom_cmd_bench_tokenizer(int argc, char **argv);
-WEAK int loom_cmd_serve(int argc, char **argv);
-
 static const struct command commands[] = {
     {"plugins", loom_cmd_plugins, "list the plugins found and those refused"},
     {"inspect", loom_cmd_inspect,
@@ -52,8 +36,7 @@ static void usage(FILE *out)
             "usage: loom COMMAND [options]\n\ncommands:\n",
             LOOM_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        if (commands[i].fn)
-            fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
     fprintf(out,
             "\n`loom COMMAND --help` describes a command's options.\n"
             "Plugins are searched in --plugin-path DIR, $LOOM_PLUGIN_PATH, "
@@ -80,11 +63,6 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
         if (strcmp(argv[1], commands[i].name) != 0)
             continue;
-        if (!commands[i].fn) {
-            fprintf(stderr, "loom: '%s' is not built into this loom\n",
-                    argv[1]);
-            return 2;
-        }
         return commands[i].fn(argc - 1, argv + 1);
     }
     fprintf(stderr, "loom: unknown command '%s' (see loom --help)\n", argv[1]);
