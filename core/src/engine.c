@@ -50,7 +50,10 @@ loom_status loom_engine_open(const loom_engine_params *params,
     opt.max_rows = params->max_rows > 0 ? params->max_rows : 512;
     rc = e->family->open(&e->hs.host, e->ckpt, &opt, &e->model, err);
     if (rc != LOOM_OK) {
-        loom_err_prefix(err, "%s", e->plugin->plugin->name);
+        /* name the plugin unless its message already does */
+        const char *name = e->plugin->plugin->name;
+        if (err && strncmp(err->msg, name, strlen(name)) != 0)
+            loom_err_prefix(err, "%s", name);
         goto fail;
     }
     memset(&e->info, 0, sizeof e->info);
