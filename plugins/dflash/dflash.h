@@ -24,7 +24,8 @@ typedef struct dflash_geometry {
     int64_t max_position;
 } dflash_geometry;
 
-int32_t dflash_probe(const loom_host *host, const loom_checkpoint *ckpt);
+int32_t LOOM_ABI dflash_probe(const loom_host *host,
+                              const loom_checkpoint *ckpt);
 loom_status dflash_parse_geometry(const loom_host *host,
                                   const loom_checkpoint *ckpt,
                                   dflash_geometry *g, loom_err *err);

@@ -3,48 +3,31 @@
  * rope_parameters or rope_theta). */
 #include "dflash.h"
 
-int32_t dflash_probe(const loom_host *h, const loom_checkpoint *ckpt)
+#include <stdio.h>
+
+#include <loom/config.h>
+
+int32_t LOOM_ABI dflash_probe(const loom_host *h, const loom_checkpoint *ckpt)
 {
-    const loom_json *cfg = h->config(ckpt);
-    int score = 0;
-    if (h->json_type(h->json_get(cfg, "dflash_config")) == LOOM_JSON_OBJECT)
-        score = 80;
-    const loom_json *archs = h->json_get(cfg, "architectures");
-    for (size_t i = 0; i < h->json_len(archs); i++) {
-        const char *a = h->json_str(h->json_at(archs, i));
-        if (a && strcmp(a, "DFlashDraftModel") == 0)
-            score = 100;
-    }
-    return score;
+    static const char *const archs[] = {"DFlashDraftModel"};
+    if (loom_cfg_probe(h, ckpt, archs, 1, NULL, 0) > 0)
+        return 100;
+    const loom_json *dc = h->json_get(h->config(ckpt), "dflash_config");
+    return h->json_type(dc) == LOOM_JSON_OBJECT ? 80 : 0;
 }
 
-/* Reads a positive integer field from the first of `objs` that has it. */
-static loom_status need_int(const loom_host *h, const loom_checkpoint *ckpt,
-                            const loom_json *const *objs, int n_objs,
-                            const char *key, int64_t min, int64_t *out,
-                            loom_err *err)
+/* A required integer >= min from the first of objs[0..n_objs) that has it
+ * (c->obj is left pointing there). */
+static loom_status need_int(loom_cfg *c, const loom_json *const *objs,
+                            int n_objs, const char *key, int64_t min,
+                            int64_t *out)
 {
     for (int i = 0; i < n_objs; i++) {
-        const loom_json *v = h->json_get(objs[i], key);
-        loom_json_type t = h->json_type(v);
-        if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL)
-            continue;
-        if (t != LOOM_JSON_INT)
-            return loom_err_set(err, LOOM_ERR_FORMAT,
-                                "%s/config.json: %s must be an integer",
-                                h->checkpoint_path(ckpt), key);
-        int64_t x = h->json_int(v);
-        if (x < min)
-            return loom_err_set(err, LOOM_ERR_FORMAT,
-                                "%s/config.json: %s is %lld, must be >= %lld",
-                                h->checkpoint_path(ckpt), key, (long long)x,
-                                (long long)min);
-        *out = x;
-        return LOOM_OK;
+        c->obj = objs[i];
+        if (loom_cfg_has(c, key))
+            break;
     }
-    return loom_err_set(err, LOOM_ERR_FORMAT,
-                        "%s/config.json: missing required field %s",
-                        h->checkpoint_path(ckpt), key);
+    return loom_cfg_int(c, key, 1, 0, min, INT64_MAX, out);
 }
 
 loom_status dflash_parse_geometry(const loom_host *h,
@@ -57,12 +40,15 @@ loom_status dflash_parse_geometry(const loom_host *h,
     const loom_json *top[] = {cfg};
     const loom_json *both[] = {dc, cfg}; /* dflash_config wins */
     const char *path = h->checkpoint_path(ckpt);
+    char file[1024];
+    snprintf(file, sizeof file, "%s/config.json", path);
+    loom_cfg c = {h, cfg, file, "", 0, err};
     int64_t v;
     loom_status rc;
 #define NEED(objs, key, min, field)                                            \
     do {                                                                       \
-        rc = need_int(h, ckpt, objs, (int)(sizeof objs / sizeof *objs), key,   \
-                      min, &v, err);                                           \
+        rc = need_int(&c, objs, (int)(sizeof objs / sizeof *objs), key, min,   \
+                      &v);                                                     \
         if (rc != LOOM_OK)                                                     \
             return rc;                                                         \
         g->field = (int32_t)v;                                                 \

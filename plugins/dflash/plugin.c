@@ -3,6 +3,9 @@
  * while the probe and geometry parse are real. */
 #include "dflash.h"
 
+#include <loom/config.h>
+#include <loom/entry.h>
+
 static loom_status LOOM_ABI d_geometry(const loom_host *h,
                                        const loom_checkpoint *ckpt,
                                        const loom_fields *out, loom_err *err)
@@ -21,12 +24,7 @@ static loom_status LOOM_ABI d_geometry(const loom_host *h,
     out->i64(out->ctx, "vocab_size", g.vocab);
     out->i64(out->ctx, "block_size", g.block_size);
     out->i64(out->ctx, "mask_token_id", g.mask_token);
-    char taps[DFLASH_MAX_TAPS * 8] = "";
-    size_t used = 0;
-    for (int i = 0; i < g.n_taps; i++)
-        used += (size_t)snprintf(taps + used, sizeof taps - used, "%s%d",
-                                 i ? "," : "", g.taps[i]);
-    out->str(out->ctx, "target_layer_ids", taps);
+    loom_cfg_report_ids(out, "target_layer_ids", g.taps, g.n_taps);
     out->f64(out->ctx, "rms_norm_eps", g.rms_eps);
     out->f64(out->ctx, "rope_theta", g.rope_theta);
     return LOOM_OK;
@@ -65,31 +63,6 @@ const loom_drafter_i dflash_drafter_i = {
     /* .draft       = */ NULL,
 };
 
-static int32_t LOOM_ABI d_probe(const loom_host *h, const loom_checkpoint *c)
-{
-    return dflash_probe(h, c);
-}
-
-static const void *LOOM_ABI d_get_interface(const char *id)
-{
-    if (strcmp(id, LOOM_DRAFTER_ID) == 0)
-        return &dflash_drafter_i;
-    return NULL;
-}
-
-static const loom_plugin dflash_plugin = {
-    /* .abi_major     = */ LOOM_ABI_MAJOR,
-    /* .abi_minor     = */ LOOM_ABI_MINOR,
-    /* .struct_size   = */ sizeof(loom_plugin),
-    /* .name          = */ "dflash",
-    /* .version       = */ "0.1.0",
-    /* .kind          = */ LOOM_PLUGIN_DRAFTER,
-    /* .description   = */ "DFlash block-diffusion drafter (z-lab)",
-    /* .probe         = */ d_probe,
-    /* .get_interface = */ d_get_interface,
-};
-
-LOOM_EXPORT const loom_plugin *LOOM_ABI loom_plugin_entry(void)
-{
-    return &dflash_plugin;
-}
+LOOM_PLUGIN_ENTRY(LOOM_PLUGIN_DRAFTER, LOOM_DRAFTER_ID, dflash_drafter_i,
+                  "dflash", "0.1.0", "DFlash block-diffusion drafter (z-lab)",
+                  dflash_probe)

@@ -49,7 +49,8 @@ uint64_t nem_cache_bytes_per_token(const nem_geometry *g)
            (uint64_t)g->head_dim * sizeof(float);
 }
 
-loom_status nem_cache_new(loom_model *m, loom_cache **out, loom_err *err)
+loom_status LOOM_ABI nem_cache_new(loom_model *m, loom_cache **out,
+                                   loom_err *err)
 {
     const nem_geometry *g = &m->g;
     loom_cache *c = calloc(1, sizeof *c);
@@ -79,7 +80,7 @@ nomem:
                         (unsigned long long)nem_cache_bytes_fixed(g));
 }
 
-void nem_cache_reset(loom_model *m, loom_cache *c)
+void LOOM_ABI nem_cache_reset(loom_model *m, loom_cache *c)
 {
     const nem_geometry *g = &m->g;
     if (!c)
@@ -94,7 +95,7 @@ void nem_cache_reset(loom_model *m, loom_cache *c)
     c->n_spec = 0;
 }
 
-void nem_cache_free(loom_model *m, loom_cache *c)
+void LOOM_ABI nem_cache_free(loom_model *m, loom_cache *c)
 {
     const nem_geometry *g = &m->g;
     if (!c)
@@ -197,8 +198,8 @@ static void LOOM_ABI replay_heads(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-loom_status nem_cache_commit(loom_model *m, loom_cache *c, int32_t kept,
-                             loom_err *err)
+loom_status LOOM_ABI nem_cache_commit(loom_model *m, loom_cache *c,
+                                      int32_t kept, loom_err *err)
 {
     const nem_geometry *g = &m->g;
     if (kept < 0 || kept > c->n_spec)

@@ -492,8 +492,8 @@ static void moe_block(fwd *f, const nem_layer *L)
 
 /* ---------------------------------------------------------------- forward */
 
-loom_status nem_forward(loom_model *m, const loom_round *round,
-                        const loom_output *out, loom_err *err)
+loom_status LOOM_ABI nem_forward(loom_model *m, const loom_round *round,
+                                 const loom_output *out, loom_err *err)
 {
     if (!round || round->n_rows <= 0)
         return LOOM_OK;

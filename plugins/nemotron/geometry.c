@@ -9,90 +9,30 @@
  * layer kind needs are required only when the pattern has that kind. */
 #include "nemotron.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-typedef struct pctx {
-    const loom_host *h;
-    const loom_json *cfg;
-    loom_err *err;
-} pctx;
+#include <loom/config.h>
 
-static const char *type_name(loom_json_type t)
-{
-    switch (t) {
-    case LOOM_JSON_MISSING:
-        return "missing";
-    case LOOM_JSON_NULL:
-        return "null";
-    case LOOM_JSON_BOOL:
-        return "a boolean";
-    case LOOM_JSON_INT:
-        return "an integer";
-    case LOOM_JSON_REAL:
-        return "a number";
-    case LOOM_JSON_STRING:
-        return "a string";
-    case LOOM_JSON_ARRAY:
-        return "a list";
-    default:
-        return "an object";
-    }
-}
-
-/* An integer field: present (else the default when not required). */
-static loom_status get_int(pctx *p, const char *key, int required, int64_t def,
-                           int64_t *out)
-{
-    const loom_json *v = p->h->json_get(p->cfg, key);
-    loom_json_type t = p->h->json_type(v);
-    if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL) {
-        if (required)
-            return loom_err_set(p->err, LOOM_ERR_FORMAT,
-                                "config.json: required field %s is %s", key,
-                                type_name(t));
-        *out = def;
-        return LOOM_OK;
-    }
-    if (t == LOOM_JSON_REAL) {
-        double d = p->h->json_real(v);
-        if (d != floor(d))
-            return loom_err_set(p->err, LOOM_ERR_FORMAT,
-                                "config.json: field %s = %g is not an integer",
-                                key, d);
-    } else if (t != LOOM_JSON_INT) {
-        return loom_err_set(p->err, LOOM_ERR_FORMAT,
-                            "config.json: field %s is %s, not an integer", key,
-                            type_name(t));
-    }
-    *out = p->h->json_int(v);
-    return LOOM_OK;
-}
-
-static loom_status get_pos(pctx *p, const char *key, int required, int64_t def,
-                           int32_t *out)
+/* A positive integer field that fits an int32_t. */
+static loom_status get_pos(const loom_cfg *p, const char *key, int required,
+                           int64_t def, int32_t *out)
 {
     int64_t v;
-    loom_status rc = get_int(p, key, required, def, &v);
-    if (rc != LOOM_OK)
-        return rc;
-    if (v <= 0 || v > INT32_MAX)
-        return loom_err_set(p->err, LOOM_ERR_FORMAT,
-                            "config.json: field %s = %lld must be positive",
-                            key, (long long)v);
-    *out = (int32_t)v;
-    return LOOM_OK;
+    loom_status rc = loom_cfg_int(p, key, required, def, 1, INT32_MAX, &v);
+    if (rc == LOOM_OK)
+        *out = (int32_t)v;
+    return rc;
 }
 
 /* A positive integer under `key` or its legacy name; both present must
  * agree. */
-static loom_status get_pos_legacy(pctx *p, const char *key, const char *legacy,
-                                  int required, int32_t *out)
+static loom_status get_pos_legacy(const loom_cfg *p, const char *key,
+                                  const char *legacy, int required,
+                                  int32_t *out)
 {
-    int has_new = p->h->json_type(p->h->json_get(p->cfg, key)) > LOOM_JSON_NULL;
-    int has_old =
-        p->h->json_type(p->h->json_get(p->cfg, legacy)) > LOOM_JSON_NULL;
+    int has_new = loom_cfg_has(p, key);
+    int has_old = loom_cfg_has(p, legacy);
     if (!has_new && has_old)
         return get_pos(p, legacy, required, 0, out);
     loom_status rc = get_pos(p, key, required, 0, out);
@@ -110,51 +50,20 @@ static loom_status get_pos_legacy(pctx *p, const char *key, const char *legacy,
     return LOOM_OK;
 }
 
-static loom_status get_bool(pctx *p, const char *key, int def, int *out)
-{
-    const loom_json *v = p->h->json_get(p->cfg, key);
-    loom_json_type t = p->h->json_type(v);
-    if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL) {
-        *out = def;
-        return LOOM_OK;
-    }
-    if (t != LOOM_JSON_BOOL)
-        return loom_err_set(p->err, LOOM_ERR_FORMAT,
-                            "config.json: field %s is %s, not a boolean", key,
-                            type_name(t));
-    *out = p->h->json_bool(v);
-    return LOOM_OK;
-}
-
-static loom_status get_real(pctx *p, const char *key, double def, double *out)
-{
-    const loom_json *v = p->h->json_get(p->cfg, key);
-    loom_json_type t = p->h->json_type(v);
-    if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL) {
-        *out = def;
-        return LOOM_OK;
-    }
-    if (t != LOOM_JSON_INT && t != LOOM_JSON_REAL)
-        return loom_err_set(p->err, LOOM_ERR_FORMAT,
-                            "config.json: field %s is %s, not a number", key,
-                            type_name(t));
-    *out = p->h->json_real(v);
-    return LOOM_OK;
-}
-
 /* A string field that must be `want` when present. */
-static loom_status want_str(pctx *p, const char *key, const char *want)
+static loom_status want_str(const loom_cfg *p, const char *key,
+                            const char *want)
 {
-    const loom_json *v = p->h->json_get(p->cfg, key);
-    loom_json_type t = p->h->json_type(v);
+    const loom_json *v = p->host->json_get(p->obj, key);
+    loom_json_type t = p->host->json_type(v);
     if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL)
         return LOOM_OK;
-    const char *s = p->h->json_str(v);
+    const char *s = p->host->json_str(v);
     if (!s || strcmp(s, want) != 0)
         return loom_err_set(p->err, LOOM_ERR_UNSUPPORTED,
                             "config.json: field %s = %s is not supported "
                             "(only \"%s\")",
-                            key, s ? s : type_name(t), want);
+                            key, s ? s : loom_cfg_type_name(t), want);
     return LOOM_OK;
 }
 
@@ -174,26 +83,26 @@ static char kind_of_name(const char *s)
 }
 
 /* A layer-type list into pattern letters; *len = 0 when absent. */
-static loom_status list_pattern(pctx *p, const char *key, char *pat,
+static loom_status list_pattern(const loom_cfg *p, const char *key, char *pat,
                                 size_t *len)
 {
-    const loom_json *v = p->h->json_get(p->cfg, key);
-    loom_json_type t = p->h->json_type(v);
+    const loom_json *v = p->host->json_get(p->obj, key);
+    loom_json_type t = p->host->json_type(v);
     *len = 0;
     if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL)
         return LOOM_OK;
     if (t != LOOM_JSON_ARRAY)
         return loom_err_set(p->err, LOOM_ERR_FORMAT,
                             "config.json: field %s is %s, not a list", key,
-                            type_name(t));
-    size_t n = p->h->json_len(v);
+                            loom_cfg_type_name(t));
+    size_t n = p->host->json_len(v);
     if (n == 0 || n > NEM_MAX_LAYERS)
         return loom_err_set(p->err, LOOM_ERR_FORMAT,
                             "config.json: field %s has %zu entries "
                             "(1..%d accepted)",
                             key, n, NEM_MAX_LAYERS);
     for (size_t i = 0; i < n; i++) {
-        const char *s = p->h->json_str(p->h->json_at(v, i));
+        const char *s = p->host->json_str(p->host->json_at(v, i));
         char k = s ? kind_of_name(s) : 0;
         if (!k)
             return loom_err_set(p->err, LOOM_ERR_FORMAT,
@@ -208,7 +117,7 @@ static loom_status list_pattern(pctx *p, const char *key, char *pat,
     return LOOM_OK;
 }
 
-static loom_status parse_pattern(pctx *p, nem_geometry *g)
+static loom_status parse_pattern(const loom_cfg *p, nem_geometry *g)
 {
     char lbt[NEM_MAX_LAYERS + 1], lt[NEM_MAX_LAYERS + 1];
     size_t n_lbt, n_lt;
@@ -225,16 +134,16 @@ static loom_status parse_pattern(pctx *p, nem_geometry *g)
     const char *list = n_lbt ? lbt : n_lt ? lt : NULL;
     const char *list_key = n_lbt ? "layers_block_type" : "layer_types";
 
-    const loom_json *hv = p->h->json_get(p->cfg, "hybrid_override_pattern");
-    loom_json_type ht = p->h->json_type(hv);
+    const loom_json *hv = p->host->json_get(p->obj, "hybrid_override_pattern");
+    loom_json_type ht = p->host->json_type(hv);
     const char *hop = NULL;
     if (ht != LOOM_JSON_MISSING && ht != LOOM_JSON_NULL) {
-        hop = p->h->json_str(hv);
+        hop = p->host->json_str(hv);
         if (!hop)
             return loom_err_set(p->err, LOOM_ERR_FORMAT,
                                 "config.json: field hybrid_override_pattern "
                                 "is %s, not a string",
-                                type_name(ht));
+                                loom_cfg_type_name(ht));
         size_t n = strlen(hop);
         if (n == 0 || n > NEM_MAX_LAYERS)
             return loom_err_set(p->err, LOOM_ERR_FORMAT,
@@ -265,7 +174,8 @@ static loom_status parse_pattern(pctx *p, nem_geometry *g)
     g->n_layers = (int32_t)n;
 
     int64_t nhl;
-    rc = get_int(p, "num_hidden_layers", 0, (int64_t)n, &nhl);
+    rc = loom_cfg_int(p, "num_hidden_layers", 0, (int64_t)n, INT64_MIN,
+                      INT64_MAX, &nhl);
     if (rc != LOOM_OK)
         return rc;
     if (nhl != (int64_t)n)
@@ -282,33 +192,9 @@ static loom_status parse_pattern(pctx *p, nem_geometry *g)
     return LOOM_OK;
 }
 
-/* ---------------------------------------------------------------- eos */
-
-static void add_eos(nem_geometry *g, int64_t id)
-{
-    if (id < 0 || id >= g->vocab)
-        return;
-    for (int i = 0; i < g->n_eos; i++)
-        if (g->eos[i] == id)
-            return;
-    if (g->n_eos < LOOM_MAX_EOS)
-        g->eos[g->n_eos++] = (int32_t)id;
-}
-
-static void read_eos(const loom_host *h, const loom_json *obj, nem_geometry *g)
-{
-    const loom_json *v = h->json_get(obj, "eos_token_id");
-    if (h->json_type(v) == LOOM_JSON_INT)
-        add_eos(g, h->json_int(v));
-    else if (h->json_type(v) == LOOM_JSON_ARRAY)
-        for (size_t i = 0; i < h->json_len(v); i++)
-            if (h->json_type(h->json_at(v, i)) == LOOM_JSON_INT)
-                add_eos(g, h->json_int(h->json_at(v, i)));
-}
-
 /* ---------------------------------------------------------------- parse */
 
-static loom_status parse_mamba(pctx *p, nem_geometry *g)
+static loom_status parse_mamba(const loom_cfg *p, nem_geometry *g)
 {
     int req = g->n_mamba > 0;
     loom_status rc;
@@ -346,7 +232,7 @@ static loom_status parse_mamba(pctx *p, nem_geometry *g)
     return LOOM_OK;
 }
 
-static loom_status parse_attention(pctx *p, nem_geometry *g)
+static loom_status parse_attention(const loom_cfg *p, nem_geometry *g)
 {
     int req = g->n_attn > 0;
     loom_status rc;
@@ -364,20 +250,20 @@ static loom_status parse_attention(pctx *p, nem_geometry *g)
                             "config.json: field num_key_value_heads = %d "
                             "does not divide num_attention_heads = %d",
                             g->n_kv_heads, g->n_q_heads);
-    const loom_json *sw = p->h->json_get(p->cfg, "sliding_window");
-    if (p->h->json_type(sw) > LOOM_JSON_NULL)
+    const loom_json *sw = p->host->json_get(p->obj, "sliding_window");
+    if (p->host->json_type(sw) > LOOM_JSON_NULL)
         return loom_err_set(p->err, LOOM_ERR_UNSUPPORTED,
                             "config.json: field sliding_window = %lld is not "
                             "supported (Nemotron-H attention is full-context)",
-                            (long long)p->h->json_int(sw));
+                            (long long)p->host->json_int(sw));
     return LOOM_OK;
 }
 
-static loom_status parse_ffn(pctx *p, nem_geometry *g)
+static loom_status parse_ffn(const loom_cfg *p, nem_geometry *g)
 {
     loom_status rc;
     int mlp_bias;
-    if ((rc = get_bool(p, "mlp_bias", 0, &mlp_bias)) != LOOM_OK)
+    if ((rc = loom_cfg_bool(p, "mlp_bias", 0, &mlp_bias)) != LOOM_OK)
         return rc;
     if (mlp_bias && (g->n_mlp || g->n_moe))
         return loom_err_set(p->err, LOOM_ERR_UNSUPPORTED,
@@ -400,19 +286,20 @@ static loom_status parse_ffn(pctx *p, nem_geometry *g)
                       &g->shared_inter)) ||
         (rc = get_pos(p, "n_group", 0, 1, &g->n_group)) ||
         (rc = get_pos(p, "topk_group", 0, 1, &g->topk_group)) ||
-        (rc = get_bool(p, "norm_topk_prob", 1, &g->norm_topk)))
+        (rc = loom_cfg_bool(p, "norm_topk_prob", 1, &g->norm_topk)))
         return rc;
     double scale;
-    if ((rc = get_real(p, "routed_scaling_factor", 1.0, &scale)) != LOOM_OK)
+    if ((rc = loom_cfg_real(p, "routed_scaling_factor", 1.0, &scale)) !=
+        LOOM_OK)
         return rc;
     g->routed_scale = (float)scale;
     g->routed_scale_config = scale;
-    const loom_json *lat = p->h->json_get(p->cfg, "moe_latent_size");
-    if (p->h->json_type(lat) > LOOM_JSON_NULL)
+    const loom_json *lat = p->host->json_get(p->obj, "moe_latent_size");
+    if (p->host->json_type(lat) > LOOM_JSON_NULL)
         return loom_err_set(p->err, LOOM_ERR_UNSUPPORTED,
                             "config.json: field moe_latent_size = %lld is not "
                             "supported (latent MoE projections)",
-                            (long long)p->h->json_int(lat));
+                            (long long)p->host->json_int(lat));
     if (g->n_experts % g->n_group != 0)
         return loom_err_set(p->err, LOOM_ERR_FORMAT,
                             "config.json: field n_group = %d does not divide "
@@ -442,8 +329,8 @@ loom_status nem_geometry_parse(const loom_host *host,
                                loom_err *err)
 {
     memset(g, 0, sizeof *g);
-    pctx p = {host, host->text_config(ckpt), err};
-    if (host->json_type(p.cfg) != LOOM_JSON_OBJECT)
+    loom_cfg p = {host, host->text_config(ckpt), "config.json", "", 1, err};
+    if (host->json_type(p.obj) != LOOM_JSON_OBJECT)
         return loom_err_set(err, LOOM_ERR_FORMAT,
                             "config.json: not a JSON object");
     loom_status rc;
@@ -457,7 +344,7 @@ loom_status nem_geometry_parse(const loom_host *host,
     double eps = 1e-5;
     const char *eps_keys[] = {"norm_eps", "rms_norm_eps", "layer_norm_epsilon"};
     for (int i = 0; i < 3; i++)
-        if ((rc = get_real(&p, eps_keys[i], eps, &eps)) != LOOM_OK)
+        if ((rc = loom_cfg_real(&p, eps_keys[i], eps, &eps)) != LOOM_OK)
             return rc;
     if (!(eps > 0) || eps > 1)
         return loom_err_set(err, LOOM_ERR_FORMAT,
@@ -468,24 +355,22 @@ loom_status nem_geometry_parse(const loom_host *host,
     g->eps_config = eps;
 
     int conv_bias_legacy;
-    if ((rc = get_bool(&p, "mamba_conv_bias", 1, &conv_bias_legacy)) ||
-        (rc = get_bool(&p, "use_conv_bias", conv_bias_legacy,
-                       &g->use_conv_bias)) ||
-        (rc = get_bool(&p, "use_bias", 0, &g->use_bias)) ||
-        (rc = get_bool(&p, "tie_word_embeddings", 0, &g->tie_embeddings)))
+    if ((rc = loom_cfg_bool(&p, "mamba_conv_bias", 1, &conv_bias_legacy)) ||
+        (rc = loom_cfg_bool(&p, "use_conv_bias", conv_bias_legacy,
+                            &g->use_conv_bias)) ||
+        (rc = loom_cfg_bool(&p, "use_bias", 0, &g->use_bias)) ||
+        (rc = loom_cfg_bool(&p, "tie_word_embeddings", 0, &g->tie_embeddings)))
         return rc;
     int32_t maxpos = 0;
     if ((rc = get_pos(&p, "max_position_embeddings", 0, 4096, &maxpos)))
         return rc;
     g->max_context = maxpos;
     int64_t bos;
-    if ((rc = get_int(&p, "bos_token_id", 0, -1, &bos)))
+    if ((rc = loom_cfg_int(&p, "bos_token_id", 0, -1, INT64_MIN, INT64_MAX,
+                           &bos)))
         return rc;
     g->bos = (int32_t)bos;
-    read_eos(host, p.cfg, g);
-    if (p.cfg != host->config(ckpt))
-        read_eos(host, host->config(ckpt), g);
-    read_eos(host, host->generation_config(ckpt), g);
+    loom_cfg_eos_ids(host, ckpt, g->vocab, g->eos, &g->n_eos);
     return LOOM_OK;
 }
 
@@ -535,10 +420,5 @@ void nem_geometry_report(const nem_geometry *g, const loom_fields *out)
         out->i64(c, "norm_topk_prob", g->norm_topk);
         out->f64(c, "routed_scaling_factor", g->routed_scale_config);
     }
-    char eos[LOOM_MAX_EOS * 12 + 1] = "";
-    size_t len = 0;
-    for (int i = 0; i < g->n_eos; i++)
-        len += (size_t)snprintf(eos + len, sizeof eos - len, "%s%d",
-                                i ? "," : "", g->eos[i]);
-    out->str(c, "eos_token_id", eos);
+    loom_cfg_report_ids(out, "eos_token_id", g->eos, g->n_eos);
 }

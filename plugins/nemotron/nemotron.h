@@ -125,21 +125,23 @@ struct loom_cache {
     int has_snapshot;       /* snap_* buffers allocated */
 };
 
-loom_status nem_cache_new(loom_model *m, loom_cache **out, loom_err *err);
-void nem_cache_reset(loom_model *m, loom_cache *c);
-void nem_cache_free(loom_model *m, loom_cache *c);
+/* The LOOM_ABI functions fill the family vtable. */
+loom_status LOOM_ABI nem_cache_new(loom_model *m, loom_cache **out,
+                                   loom_err *err);
+void LOOM_ABI nem_cache_reset(loom_model *m, loom_cache *c);
+void LOOM_ABI nem_cache_free(loom_model *m, loom_cache *c);
 /* Makes room for n_new more positions and, when n_spec > 0, a window log
  * of n_spec rows. On failure the cache is unchanged in content. */
 loom_status nem_cache_reserve(loom_model *m, loom_cache *c, int64_t n_new,
                               int32_t n_spec, loom_err *err);
-loom_status nem_cache_commit(loom_model *m, loom_cache *c, int32_t kept,
-                             loom_err *err);
+loom_status LOOM_ABI nem_cache_commit(loom_model *m, loom_cache *c,
+                                      int32_t kept, loom_err *err);
 uint64_t nem_cache_bytes_fixed(const nem_geometry *g);
 uint64_t nem_cache_bytes_per_token(const nem_geometry *g);
 
 /* ---------------------------------------------------------------- forward */
 
-loom_status nem_forward(loom_model *m, const loom_round *round,
-                        const loom_output *out, loom_err *err);
+loom_status LOOM_ABI nem_forward(loom_model *m, const loom_round *round,
+                                 const loom_output *out, loom_err *err);
 
 #endif

@@ -6,22 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <loom/config.h>
+#include <loom/entry.h>
+
 /* ---------------------------------------------------------------- probe */
 
 static int32_t LOOM_ABI nem_probe(const loom_host *host,
                                   const loom_checkpoint *ckpt)
 {
-    const loom_json *cfg = host->config(ckpt);
-    const loom_json *arch = host->json_get(cfg, "architectures");
-    for (size_t i = 0; i < host->json_len(arch); i++) {
-        const char *a = host->json_str(host->json_at(arch, i));
-        if (a && !strcmp(a, "NemotronHForCausalLM"))
-            return 100;
-    }
-    const char *mt = host->json_str(host->json_get(cfg, "model_type"));
-    if (mt && !strcmp(mt, "nemotron_h"))
-        return 50;
-    return 0;
+    static const char *const archs[] = {"NemotronHForCausalLM"};
+    static const char *const types[] = {"nemotron_h"};
+    return loom_cfg_probe(host, ckpt, archs, 1, types, 1);
 }
 
 /* ---------------------------------------------------------------- family */
@@ -107,70 +102,21 @@ static void LOOM_ABI nem_describe(const loom_model *m, loom_model_info *info)
     info->compute_dtype = LOOM_DTYPE_F32;
 }
 
-static loom_status LOOM_ABI nem_cache_new_fn(loom_model *m, loom_cache **c,
-                                             loom_err *err)
-{
-    return nem_cache_new(m, c, err);
-}
-
-static void LOOM_ABI nem_cache_reset_fn(loom_model *m, loom_cache *c)
-{
-    nem_cache_reset(m, c);
-}
-
-static void LOOM_ABI nem_cache_free_fn(loom_model *m, loom_cache *c)
-{
-    nem_cache_free(m, c);
-}
-
-static loom_status LOOM_ABI nem_forward_fn(loom_model *m,
-                                           const loom_round *round,
-                                           const loom_output *out,
-                                           loom_err *err)
-{
-    return nem_forward(m, round, out, err);
-}
-
-static loom_status LOOM_ABI nem_commit_fn(loom_model *m, loom_cache *c,
-                                          int32_t kept, loom_err *err)
-{
-    return nem_cache_commit(m, c, kept, err);
-}
-
 static const loom_family_i nem_family = {
     .struct_size = sizeof(loom_family_i),
     .geometry = nem_geometry_fn,
     .open = nem_open,
     .close = nem_close,
     .describe = nem_describe,
-    .cache_new = nem_cache_new_fn,
-    .cache_reset = nem_cache_reset_fn,
-    .cache_free = nem_cache_free_fn,
-    .forward = nem_forward_fn,
-    .commit = nem_commit_fn,
+    .cache_new = nem_cache_new,
+    .cache_reset = nem_cache_reset,
+    .cache_free = nem_cache_free,
+    .forward = nem_forward,
+    .commit = nem_cache_commit,
 };
 
-static const void *LOOM_ABI nem_get_interface(const char *id)
-{
-    if (id && !strcmp(id, LOOM_FAMILY_ID))
-        return &nem_family;
-    return NULL;
-}
-
-static const loom_plugin nem_plugin = {
-    .abi_major = LOOM_ABI_MAJOR,
-    .abi_minor = LOOM_ABI_MINOR,
-    .struct_size = sizeof(loom_plugin),
-    .name = "nemotron",
-    .version = "0.1.0",
-    .kind = LOOM_PLUGIN_FAMILY,
-    .description = "Nemotron-H hybrids (Mamba-2, attention, relu2 MLP, MoE): "
-                   "CPU float32 path",
-    .probe = nem_probe,
-    .get_interface = nem_get_interface,
-};
-
-LOOM_EXPORT const loom_plugin *LOOM_ABI loom_plugin_entry(void)
-{
-    return &nem_plugin;
-}
+LOOM_PLUGIN_ENTRY(LOOM_PLUGIN_FAMILY, LOOM_FAMILY_ID, nem_family, "nemotron",
+                  "0.1.0",
+                  "Nemotron-H hybrids (Mamba-2, attention, relu2 MLP, MoE): "
+                  "CPU float32 path",
+                  nem_probe)

@@ -40,7 +40,8 @@ uint64_t q35_cache_token_bytes(const loom_model *m)
            (uint64_t)(m->g.n_kv_heads * m->g.head_dim) * sizeof(float);
 }
 
-loom_status q35_cache_new(loom_model *m, loom_cache **out, loom_err *err)
+loom_status LOOM_ABI q35_cache_new(loom_model *m, loom_cache **out,
+                                   loom_err *err)
 {
     loom_cache *c = calloc(1, sizeof *c);
     if (!c)
@@ -64,7 +65,7 @@ loom_status q35_cache_new(loom_model *m, loom_cache **out, loom_err *err)
     return LOOM_OK;
 }
 
-void q35_cache_reset(loom_model *m, loom_cache *c)
+void LOOM_ABI q35_cache_reset(loom_model *m, loom_cache *c)
 {
     /* keep the allocations: the next stream will need them again */
     for (int i = 0; i < m->n_attn; i++)
@@ -78,7 +79,7 @@ void q35_cache_reset(loom_model *m, loom_cache *c)
     c->spec_start = -1;
 }
 
-void q35_cache_free(loom_model *m, loom_cache *c)
+void LOOM_ABI q35_cache_free(loom_model *m, loom_cache *c)
 {
     if (!c)
         return;
@@ -160,8 +161,8 @@ loom_status q35_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
     return LOOM_OK;
 }
 
-loom_status q35_commit(loom_model *m, loom_cache *c, int32_t kept,
-                       loom_err *err)
+loom_status LOOM_ABI q35_commit(loom_model *m, loom_cache *c, int32_t kept,
+                                loom_err *err)
 {
     int32_t n = c->spec_n;
     if (kept < 0 || kept > n)

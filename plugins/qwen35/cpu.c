@@ -508,8 +508,8 @@ static void q35_norm_rows(float *out, const float *x, const float *w, int64_t T,
         loom_cpu_rmsnorm(out + t * n, x + t * n, w, n, eps);
 }
 
-loom_status q35_forward(loom_model *m, const loom_round *round,
-                        const loom_output *out, loom_err *err)
+loom_status LOOM_ABI q35_forward(loom_model *m, const loom_round *round,
+                                 const loom_output *out, loom_err *err)
 {
     const loom_host *host = m->host;
     const q35_geometry *g = &m->g;

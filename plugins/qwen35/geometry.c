@@ -4,126 +4,26 @@
 
 #include <stdio.h>
 
-/* Where a field is read from, for messages: "text_config.hidden_size". */
-typedef struct q35_src {
-    const loom_host *host;
-    const loom_json *tc; /* text config (root when flat) */
-    const char *pre;     /* "text_config." or "" */
-    loom_err *err;
-} q35_src;
-
-static const char *q35_type_name(loom_json_type t)
-{
-    switch (t) {
-    case LOOM_JSON_MISSING:
-        return "missing";
-    case LOOM_JSON_NULL:
-        return "null";
-    case LOOM_JSON_BOOL:
-        return "a boolean";
-    case LOOM_JSON_INT:
-        return "an integer";
-    case LOOM_JSON_REAL:
-        return "a real";
-    case LOOM_JSON_STRING:
-        return "a string";
-    case LOOM_JSON_ARRAY:
-        return "an array";
-    default:
-        return "an object";
-    }
-}
+#include <loom/config.h>
 
 /* A positive integer field; `def` > 0 is used when it is absent. */
-static loom_status q35_pos_int(const q35_src *s, const char *key, int64_t def,
+static loom_status q35_pos_int(const loom_cfg *c, const char *key, int64_t def,
                                int64_t *out)
 {
-    const loom_json *v = s->host->json_get(s->tc, key);
-    loom_json_type t = s->host->json_type(v);
-    if ((t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL) && def > 0) {
-        *out = def;
-        return LOOM_OK;
-    }
-    if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL)
-        return loom_err_set(s->err, LOOM_ERR_FORMAT,
-                            "config.json: %s%s is required but %s", s->pre, key,
-                            q35_type_name(t));
-    if (t != LOOM_JSON_INT)
-        return loom_err_set(s->err, LOOM_ERR_FORMAT,
-                            "config.json: %s%s must be an integer, not %s",
-                            s->pre, key, q35_type_name(t));
-    int64_t x = s->host->json_int(v);
-    if (x <= 0)
-        return loom_err_set(s->err, LOOM_ERR_FORMAT,
-                            "config.json: %s%s = %lld must be positive", s->pre,
-                            key, (long long)x);
-    *out = x;
-    return LOOM_OK;
+    return loom_cfg_int(c, key, def <= 0, def, 1, INT64_MAX, out);
 }
 
 /* A non-negative integer field, 0 when absent. */
-static loom_status q35_nonneg_int(const q35_src *s, const char *key,
+static loom_status q35_nonneg_int(const loom_cfg *c, const char *key,
                                   int64_t *out)
 {
-    const loom_json *v = s->host->json_get(s->tc, key);
-    loom_json_type t = s->host->json_type(v);
-    *out = 0;
-    if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL)
-        return LOOM_OK;
-    if (t != LOOM_JSON_INT || s->host->json_int(v) < 0)
-        return loom_err_set(s->err, LOOM_ERR_FORMAT,
-                            "config.json: %s%s must be a non-negative integer",
-                            s->pre, key);
-    *out = s->host->json_int(v);
-    return LOOM_OK;
+    return loom_cfg_int(c, key, 0, 0, 0, INT64_MAX, out);
 }
 
-/* A positive number from `obj` (absent: def). */
-static loom_status q35_pos_real(const q35_src *s, const loom_json *obj,
-                                const char *where, const char *key, double def,
-                                double *out)
-{
-    const loom_json *v = s->host->json_get(obj, key);
-    loom_json_type t = s->host->json_type(v);
-    if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL) {
-        *out = def;
-        return LOOM_OK;
-    }
-    if (t != LOOM_JSON_INT && t != LOOM_JSON_REAL)
-        return loom_err_set(s->err, LOOM_ERR_FORMAT,
-                            "config.json: %s%s must be a number, not %s", where,
-                            key, q35_type_name(t));
-    double x = s->host->json_real(v);
-    if (!(x > 0.0))
-        return loom_err_set(s->err, LOOM_ERR_FORMAT,
-                            "config.json: %s%s = %g must be positive", where,
-                            key, x);
-    *out = x;
-    return LOOM_OK;
-}
-
-static void q35_add_eos(const loom_host *host, const loom_json *v,
-                        q35_geometry *g)
-{
-    size_t n = host->json_type(v) == LOOM_JSON_ARRAY ? host->json_len(v) : 1;
-    for (size_t i = 0; i < n; i++) {
-        const loom_json *e =
-            host->json_type(v) == LOOM_JSON_ARRAY ? host->json_at(v, i) : v;
-        if (host->json_type(e) != LOOM_JSON_INT)
-            continue;
-        int32_t id = (int32_t)host->json_int(e);
-        int dup = 0;
-        for (int32_t j = 0; j < g->n_eos; j++)
-            dup |= g->eos[j] == id;
-        if (!dup && g->n_eos < LOOM_MAX_EOS)
-            g->eos[g->n_eos++] = id;
-    }
-}
-
-static loom_status q35_layer_types(const q35_src *s, q35_geometry *g)
+static loom_status q35_layer_types(const loom_cfg *s, q35_geometry *g)
 {
     const loom_host *host = s->host;
-    const loom_json *lt = host->json_get(s->tc, "layer_types");
+    const loom_json *lt = host->json_get(s->obj, "layer_types");
     loom_json_type t = host->json_type(lt);
     if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL) {
         int64_t every;
@@ -139,13 +39,13 @@ static loom_status q35_layer_types(const q35_src *s, q35_geometry *g)
         return loom_err_set(s->err, LOOM_ERR_FORMAT,
                             "config.json: %slayer_types must be an array, "
                             "not %s",
-                            s->pre, q35_type_name(t));
+                            s->prefix, loom_cfg_type_name(t));
     size_t n = host->json_len(lt);
     if ((int64_t)n != g->n_layers)
         return loom_err_set(s->err, LOOM_ERR_FORMAT,
                             "config.json: %slayer_types has %zu entries but "
                             "num_hidden_layers = %lld",
-                            s->pre, n, (long long)g->n_layers);
+                            s->prefix, n, (long long)g->n_layers);
     for (size_t i = 0; i < n; i++) {
         const char *k = host->json_str(host->json_at(lt, i));
         if (k && strcmp(k, "linear_attention") == 0)
@@ -156,13 +56,13 @@ static loom_status q35_layer_types(const q35_src *s, q35_geometry *g)
             return loom_err_set(s->err, LOOM_ERR_FORMAT,
                                 "config.json: %slayer_types[%zu] = \"%s\" is "
                                 "neither linear_attention nor full_attention",
-                                s->pre, i, k ? k : "(not a string)");
+                                s->prefix, i, k ? k : "(not a string)");
     }
     g->kinds[n] = '\0';
     return LOOM_OK;
 }
 
-static loom_status q35_moe(const q35_src *s, q35_geometry *g)
+static loom_status q35_moe(const loom_cfg *s, q35_geometry *g)
 {
     const loom_host *host = s->host;
     loom_status st = q35_nonneg_int(s, "num_experts", &g->n_experts);
@@ -179,21 +79,21 @@ static loom_status q35_moe(const q35_src *s, q35_geometry *g)
         return loom_err_set(s->err, LOOM_ERR_FORMAT,
                             "config.json: %snum_experts_per_tok = %lld "
                             "exceeds num_experts = %lld",
-                            s->pre, (long long)g->top_k,
+                            s->prefix, (long long)g->top_k,
                             (long long)g->n_experts);
-    const loom_json *nt = host->json_get(s->tc, "norm_topk_prob");
+    const loom_json *nt = host->json_get(s->obj, "norm_topk_prob");
     g->norm_topk =
         host->json_type(nt) == LOOM_JSON_BOOL ? host->json_bool(nt) : 1;
     for (int64_t i = 0; i < g->n_layers; i++)
         g->moe_layer[i] = (i + 1) % step == 0;
-    const loom_json *only = host->json_get(s->tc, "mlp_only_layers");
+    const loom_json *only = host->json_get(s->obj, "mlp_only_layers");
     for (size_t i = 0; i < host->json_len(only); i++) {
         int64_t l = host->json_int(host->json_at(only, i));
         if (l < 0 || l >= g->n_layers)
             return loom_err_set(s->err, LOOM_ERR_FORMAT,
                                 "config.json: %smlp_only_layers[%zu] = %lld "
                                 "is not a layer",
-                                s->pre, i, (long long)l);
+                                s->prefix, i, (long long)l);
         g->moe_layer[l] = 0;
     }
     return LOOM_OK;
@@ -207,8 +107,10 @@ loom_status q35_geometry_parse(const loom_host *host,
     const loom_json *root = host->config(ckpt);
     const loom_json *tc = host->text_config(ckpt);
     g->nested = tc != root && tc != NULL;
-    q35_src s = {host, tc ? tc : root, g->nested ? "text_config." : "", err};
-    const char *mt = host->json_str(host->json_get(s.tc, "model_type"));
+    loom_cfg s = {
+        host, tc ? tc : root, "config.json", g->nested ? "text_config." : "", 0,
+        err};
+    const char *mt = host->json_str(host->json_get(s.obj, "model_type"));
     const char *rmt = host->json_str(host->json_get(root, "model_type"));
     g->variant = (mt && strcmp(mt, "qwen3_next") == 0) ||
                          (rmt && strcmp(rmt, "qwen3_next") == 0)
@@ -234,38 +136,41 @@ loom_status q35_geometry_parse(const loom_host *host,
         return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
                             "config.json: %snum_hidden_layers = %lld exceeds "
                             "this plugin's %d",
-                            s.pre, (long long)g->n_layers, Q35_MAX_LAYERS);
+                            s.prefix, (long long)g->n_layers, Q35_MAX_LAYERS);
     if (g->n_heads % g->n_kv_heads != 0)
         return loom_err_set(err, LOOM_ERR_FORMAT,
                             "config.json: %snum_key_value_heads = %lld does "
                             "not divide num_attention_heads = %lld",
-                            s.pre, (long long)g->n_kv_heads,
+                            s.prefix, (long long)g->n_kv_heads,
                             (long long)g->n_heads);
     if (g->lin_v_heads % g->lin_k_heads != 0)
         return loom_err_set(err, LOOM_ERR_FORMAT,
                             "config.json: %slinear_num_value_heads = %lld is "
                             "not a multiple of linear_num_key_heads = %lld",
-                            s.pre, (long long)g->lin_v_heads,
+                            s.prefix, (long long)g->lin_v_heads,
                             (long long)g->lin_k_heads);
     if (g->lin_dv > 1024)
         return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
                             "config.json: %slinear_value_head_dim = %lld "
                             "exceeds this plugin's 1024",
-                            s.pre, (long long)g->lin_dv);
-    const char *act = host->json_str(host->json_get(s.tc, "hidden_act"));
+                            s.prefix, (long long)g->lin_dv);
+    const char *act = host->json_str(host->json_get(s.obj, "hidden_act"));
     if (act && strcmp(act, "silu") != 0)
         return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
                             "config.json: %shidden_act = \"%s\" (only silu)",
-                            s.pre, act);
+                            s.prefix, act);
 
-    if ((st = q35_pos_real(&s, s.tc, s.pre, "rms_norm_eps", 1e-6, &g->eps)))
+    if ((st = loom_cfg_pos_real(&s, "rms_norm_eps", 1e-6, &g->eps)))
         return st;
     /* RoPE: rope_parameters wins over the top-level keys (spec 1.2) */
-    const loom_json *rp = host->json_get(s.tc, "rope_parameters");
+    const loom_json *rp = host->json_get(s.obj, "rope_parameters");
     if (host->json_type(rp) != LOOM_JSON_OBJECT)
-        rp = host->json_get(s.tc, "rope_scaling");
+        rp = host->json_get(s.obj, "rope_scaling");
     char rpw[64];
-    snprintf(rpw, sizeof rpw, "%srope_parameters.", s.pre);
+    snprintf(rpw, sizeof rpw, "%srope_parameters.", s.prefix);
+    loom_cfg rps = s; /* the same fields under rope_parameters */
+    rps.obj = rp;
+    rps.prefix = rpw;
     const char *rt = host->json_str(host->json_get(rp, "rope_type"));
     if (rt && strcmp(rt, "default") != 0)
         return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
@@ -273,15 +178,13 @@ loom_status q35_geometry_parse(const loom_host *host,
                             "default)",
                             rpw, rt);
     double top_prf, top_theta;
-    if ((st = q35_pos_real(&s, s.tc, s.pre, "partial_rotary_factor", 0.25,
-                           &top_prf)) ||
-        (st = q35_pos_real(&s, rp, rpw, "partial_rotary_factor", top_prf,
-                           &g->partial_rotary)) ||
-        (st = q35_pos_real(&s, s.tc, s.pre, "rope_theta",
-                           g->variant == Q35_VARIANT_NEXT ? 10000.0 : 1e7,
-                           &top_theta)) ||
-        (st = q35_pos_real(&s, rp, rpw, "rope_theta", top_theta,
-                           &g->rope_theta)))
+    if ((st = loom_cfg_pos_real(&s, "partial_rotary_factor", 0.25, &top_prf)) ||
+        (st = loom_cfg_pos_real(&rps, "partial_rotary_factor", top_prf,
+                                &g->partial_rotary)) ||
+        (st = loom_cfg_pos_real(&s, "rope_theta",
+                                g->variant == Q35_VARIANT_NEXT ? 10000.0 : 1e7,
+                                &top_theta)) ||
+        (st = loom_cfg_pos_real(&rps, "rope_theta", top_theta, &g->rope_theta)))
         return st;
     if (g->partial_rotary > 1.0)
         return loom_err_set(err, LOOM_ERR_FORMAT,
@@ -303,15 +206,12 @@ loom_status q35_geometry_parse(const loom_host *host,
         return st;
 
     /* tie_word_embeddings: the text config's, else the root's */
-    const loom_json *tie = host->json_get(s.tc, "tie_word_embeddings");
+    const loom_json *tie = host->json_get(s.obj, "tie_word_embeddings");
     if (host->json_type(tie) != LOOM_JSON_BOOL)
         tie = host->json_get(root, "tie_word_embeddings");
     g->tied = host->json_type(tie) == LOOM_JSON_BOOL ? host->json_bool(tie) : 0;
 
-    q35_add_eos(host, host->json_get(s.tc, "eos_token_id"), g);
-    q35_add_eos(host, host->json_get(root, "eos_token_id"), g);
-    q35_add_eos(
-        host, host->json_get(host->generation_config(ckpt), "eos_token_id"), g);
+    loom_cfg_eos_ids(host, ckpt, 0, g->eos, &g->n_eos);
     return LOOM_OK;
 }
 
@@ -346,10 +246,5 @@ void q35_geometry_report(const q35_geometry *g, const loom_fields *out)
         out->i64(c, "moe_intermediate_size", g->moe_ffn);
         out->i64(c, "shared_expert_intermediate_size", g->shared_ffn);
     }
-    char eos[LOOM_MAX_EOS * 12 + 1] = "";
-    size_t n = 0;
-    for (int32_t i = 0; i < g->n_eos; i++)
-        n += (size_t)snprintf(eos + n, sizeof eos - n, "%s%d", i ? "," : "",
-                              g->eos[i]);
-    out->str(c, "eos_token_ids", eos);
+    loom_cfg_report_ids(out, "eos_token_ids", g->eos, g->n_eos);
 }

@@ -4,7 +4,7 @@
 
 #include <stdlib.h>
 
-void q35_close(loom_model *m)
+void LOOM_ABI q35_close(loom_model *m)
 {
     if (!m)
         return;
@@ -18,9 +18,10 @@ void q35_close(loom_model *m)
     free(m);
 }
 
-loom_status q35_open(const loom_host *host, const loom_checkpoint *ckpt,
-                     const loom_model_options *opt, loom_model **out,
-                     loom_err *err)
+loom_status LOOM_ABI q35_open(const loom_host *host,
+                              const loom_checkpoint *ckpt,
+                              const loom_model_options *opt, loom_model **out,
+                              loom_err *err)
 {
     loom_model *m = calloc(1, sizeof *m);
     if (!m)
@@ -89,7 +90,7 @@ fail:
     return st;
 }
 
-void q35_describe(const loom_model *m, loom_model_info *info)
+void LOOM_ABI q35_describe(const loom_model *m, loom_model_info *info)
 {
     uint32_t size = info->struct_size;
     memset(info, 0, sizeof *info);

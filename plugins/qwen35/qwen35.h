@@ -172,12 +172,13 @@ struct loom_model {
     int32_t streams_cap;
 };
 
-/* stream cache (cache.c) */
-loom_status q35_cache_new(loom_model *m, loom_cache **out, loom_err *err);
-void q35_cache_reset(loom_model *m, loom_cache *c);
-void q35_cache_free(loom_model *m, loom_cache *c);
-loom_status q35_commit(loom_model *m, loom_cache *c, int32_t kept,
-                       loom_err *err);
+/* stream cache (cache.c); the LOOM_ABI functions fill the family vtable */
+loom_status LOOM_ABI q35_cache_new(loom_model *m, loom_cache **out,
+                                   loom_err *err);
+void LOOM_ABI q35_cache_reset(loom_model *m, loom_cache *c);
+void LOOM_ABI q35_cache_free(loom_model *m, loom_cache *c);
+loom_status LOOM_ABI q35_commit(loom_model *m, loom_cache *c, int32_t kept,
+                                loom_err *err);
 uint64_t q35_cache_fixed_bytes(const loom_model *m);
 uint64_t q35_cache_token_bytes(const loom_model *m);
 /* Makes room for `n_new` more rows, `n_spec` of them speculative, before a
@@ -196,18 +197,19 @@ void q35_gdn_step(float *S, const float *q, const float *k, const float *v,
                   float *tmp);
 
 /* the forward (cpu.c) */
-loom_status q35_forward(loom_model *m, const loom_round *round,
-                        const loom_output *out, loom_err *err);
+loom_status LOOM_ABI q35_forward(loom_model *m, const loom_round *round,
+                                 const loom_output *out, loom_err *err);
 void q35_scratch_free(q35_scratch *s);
 
 /* model lifetime (model.c) */
-loom_status q35_open(const loom_host *host, const loom_checkpoint *ckpt,
-                     const loom_model_options *opt, loom_model **out,
-                     loom_err *err);
-void q35_close(loom_model *m);
-void q35_describe(const loom_model *m, loom_model_info *info);
+loom_status LOOM_ABI q35_open(const loom_host *host,
+                              const loom_checkpoint *ckpt,
+                              const loom_model_options *opt, loom_model **out,
+                              loom_err *err);
+void LOOM_ABI q35_close(loom_model *m);
+void LOOM_ABI q35_describe(const loom_model *m, loom_model_info *info);
 
 /* probe (probe.c) */
-int32_t q35_probe(const loom_host *host, const loom_checkpoint *ckpt);
+int32_t LOOM_ABI q35_probe(const loom_host *host, const loom_checkpoint *ckpt);
 
 #endif

@@ -3,6 +3,8 @@
 
 #include <math.h>
 
+#include <loom/cpu_ops.h>
+
 void loom_cpu_ssm_step(float *state, const float *x, const float *B,
                        const float *C, float dt, float A, float D, float *y,
                        int64_t P, int64_t N)
@@ -13,21 +15,8 @@ void loom_cpu_ssm_step(float *state, const float *x, const float *B,
         float xp = x[p];
         for (int64_t n = 0; n < N; n++)
             s[n] = s[n] * dA + (dt * B[n]) * xp;
-        if (y) {
-            /* four partial sums, as loom_cpu_dot: vectorises without
-             * reassociation flags */
-            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-            int64_t n = 0;
-            for (; n + 4 <= N; n += 4) {
-                a0 += C[n] * s[n];
-                a1 += C[n + 1] * s[n + 1];
-                a2 += C[n + 2] * s[n + 2];
-                a3 += C[n + 3] * s[n + 3];
-            }
-            for (; n < N; n++)
-                a0 += C[n] * s[n];
-            y[p] = ((a0 + a1) + (a2 + a3)) + D * xp;
-        }
+        if (y)
+            y[p] = loom_cpu_dot(C, s, N) + D * xp;
     }
 }
 

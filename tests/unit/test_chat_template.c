@@ -276,27 +276,20 @@ START_TEST(load_errors)
     loom_err err;
     const char *dir = temp_dir();
     ck_assert_int_ne(loom_chat_template_load(dir, &t, &err), LOOM_OK);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    FILE *f = fopen(path, "w");
-    fputs("{\"eos_token\": \"x\"}", f);
-    fclose(f);
+    write_text_in(dir, "tokenizer_config.json", "{\"eos_token\": \"x\"}");
     ck_assert_int_eq(loom_chat_template_load(dir, &t, &err),
                      LOOM_ERR_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(err.msg, "chat_template"));
-    f = fopen(path, "w");
-    fputs("{\"chat_template\": \"{% for %}\"}", f);
-    fclose(f);
+    write_text_in(dir, "tokenizer_config.json",
+                  "{\"chat_template\": \"{% for %}\"}");
     ck_assert_int_eq(loom_chat_template_load(dir, &t, &err), LOOM_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(err.msg, "tokenizer_config.json"));
     ck_assert_ptr_nonnull(strstr(err.msg, "line 1"));
     /* A list of named templates: the one named "default" is used. */
-    f = fopen(path, "w");
-    fputs("{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, "
-          "{\"name\": \"default\", \"template\": \"D{{ eos_token }}\"}], "
-          "\"eos_token\": {\"content\": \"</e>\"}}",
-          f);
-    fclose(f);
+    write_text_in(dir, "tokenizer_config.json",
+                  "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": "
+                  "\"T\"}, {\"name\": \"default\", \"template\": \"D{{ "
+                  "eos_token }}\"}], \"eos_token\": {\"content\": \"</e>\"}}");
     ck_assert_int_eq(loom_chat_template_load(dir, &t, &err), LOOM_OK);
     json_t *msgs = json_array();
     char *out;

@@ -87,12 +87,8 @@ START_TEST(platform_files)
     const char *dir = temp_dir();
     char path[1024], list[256] = "";
     const char *names[] = {"b.txt", "a.txt", "c.bin"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        FILE *f = fopen(path, "w");
-        fputs("hello", f);
-        fclose(f);
-    }
+    for (int i = 0; i < 3; i++)
+        write_text_in(dir, names[i], "hello");
     loom_err err;
     ck_assert_int_eq(loom_dir_list(dir, collect, list, &err), LOOM_OK);
     ck_assert_str_eq(list, "a.txt;b.txt;c.bin;");

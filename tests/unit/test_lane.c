@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
 #include <loom/engine.h>
 #include <loom/lane.h>
 #include <loom/platform.h>
 #include <loom/tokenizer.h>
 
+#include "testmodel.h"
 #include "testutil.h"
 
 #define MAXTOK 512
@@ -59,28 +59,20 @@ static loom_engine *open_toy_gen(const char *extra, const char *gen)
 {
     const char *dir = temp_dir();
     ck_assert_ptr_nonnull(dir);
-    char path[600];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fprintf(f,
-            "{\"architectures\": [\"LoomToyForTest\"], \"eos_token_id\": "
-            "63, %s}\n",
-            extra);
-    fclose(f);
+    char text[1024], path[600];
+    snprintf(text, sizeof text,
+             "{\"architectures\": [\"LoomToyForTest\"], \"eos_token_id\": "
+             "63, %s}\n",
+             extra);
+    write_text_in(dir, "config.json", text);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    f = fopen(path, "wb");
+    FILE *f = fopen(path, "wb");
     ck_assert_ptr_nonnull(f);
     static const unsigned char st[10] = {2, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
     fwrite(st, 1, sizeof st, f);
     fclose(f);
-    if (gen) {
-        snprintf(path, sizeof path, "%s/generation_config.json", dir);
-        f = fopen(path, "w");
-        ck_assert_ptr_nonnull(f);
-        fputs(gen, f);
-        fclose(f);
-    }
+    if (gen)
+        write_text_in(dir, "generation_config.json", gen);
     return open_engine(dir, LOOM_TEST_PLUGIN_DIR, 0);
 }
 
@@ -1075,27 +1067,17 @@ END_TEST
 static void real_family(const char *model_dir, const char *plugin_name)
 {
     const char *plugin = LOOM_PLUGIN_DIR;
-    char so[1024], path[1024];
+    char so[1024];
     snprintf(so, sizeof so, "%s/libloom-%s%s", plugin, plugin_name,
              loom_dl_suffix());
     if (!loom_file_exists(so)) {
         fprintf(stderr, "%s plugin not built (%s): skipped\n", plugin_name, so);
         return;
     }
-    snprintf(path, sizeof path, "%s/golden.json", model_dir);
-    json_error_t je;
-    json_t *g = json_load_file(fixture(path), 0, &je);
-    ck_assert_ptr_nonnull(g);
-    json_t *jp = json_object_get(g, "prompt_ids");
-    json_t *jg = json_object_get(g, "greedy");
-    int32_t prompt[64], golden[64];
-    int32_t np = (int32_t)json_array_size(jp),
-            ng = (int32_t)json_array_size(jg);
-    for (int32_t i = 0; i < np; i++)
-        prompt[i] = (int32_t)json_integer_value(json_array_get(jp, i));
-    for (int32_t i = 0; i < ng; i++)
-        golden[i] = (int32_t)json_integer_value(json_array_get(jg, i));
-    json_decref(g);
+    tm_golden g;
+    tm_read_golden(model_dir, 0, &g);
+    const int32_t *prompt = g.prompt, *golden = g.greedy;
+    int32_t np = g.n_prompt, ng = g.n_greedy;
 
     loom_engine *e = open_engine(fixture(model_dir), plugin, 0);
     loom_sample_params sp;

@@ -13,76 +13,13 @@
 #include <loom/engine.h>
 #include <loom/safetensors.h>
 
+#include "testmodel.h"
 #include "testutil.h"
 
 #define TINY "models/nemotron-h-tiny"
 #define MOE  "models/nemotron-h-moe-tiny"
 
 /* ---------------------------------------------------------------- helpers */
-
-static loom_engine *open_model_dir(const char *dir, loom_status *rc_out,
-                                   loom_err *err)
-{
-    const char *dirs[] = {LOOM_PLUGIN_DIR};
-    loom_engine_params p;
-    memset(&p, 0, sizeof p);
-    p.model = dir;
-    p.plugin_dirs = dirs;
-    p.n_plugin_dirs = 1;
-    p.device = LOOM_DEVICE_CPU;
-    p.n_threads = 2;
-    loom_engine *e = NULL;
-    loom_status rc = loom_engine_open(&p, &e, err);
-    if (rc_out)
-        *rc_out = rc;
-    return rc == LOOM_OK ? e : NULL;
-}
-
-static loom_engine *open_model(const char *rel)
-{
-    loom_err err;
-    loom_engine *e = open_model_dir(fixture(rel), NULL, &err);
-    if (!e)
-        ck_abort_msg("open %s: %s", rel, err.msg);
-    ck_assert_str_eq(e->plugin->plugin->name, "nemotron");
-    return e;
-}
-
-typedef struct golden {
-    int32_t prompt[64];
-    int n_prompt;
-    int32_t greedy[64];
-    int n_greedy;
-} golden;
-
-static void read_golden(const char *rel, golden *g)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/golden.json", fixture(rel));
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    ck_assert_msg(root != NULL, "%s: %s", path, je.text);
-    json_t *p = json_object_get(root, "prompt_ids");
-    json_t *gr = json_object_get(root, "greedy");
-    g->n_prompt = (int)json_array_size(p);
-    g->n_greedy = (int)json_array_size(gr);
-    ck_assert_int_le(g->n_prompt, 64);
-    ck_assert_int_le(g->n_greedy, 64);
-    for (int i = 0; i < g->n_prompt; i++)
-        g->prompt[i] = (int32_t)json_integer_value(json_array_get(p, i));
-    for (int i = 0; i < g->n_greedy; i++)
-        g->greedy[i] = (int32_t)json_integer_value(json_array_get(gr, i));
-    json_decref(root);
-}
-
-static loom_cache *new_cache(loom_engine *e)
-{
-    loom_cache *c = NULL;
-    loom_err err;
-    loom_status rc = e->family->cache_new(e->model, &c, &err);
-    ck_assert_msg(rc == LOOM_OK, "cache_new: %s", err.msg);
-    return c;
-}
 
 /* Feeds toks[0..n) to c as one round from position c_len; every row asks
  * for logits (into out, [n, vocab]) when out is not NULL. */
@@ -108,22 +45,13 @@ static void feed_ok(loom_engine *e, loom_cache *c, int32_t pos0,
     ck_assert_msg(rc == LOOM_OK, "forward: %s", err.msg);
 }
 
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
 /* ---------------------------------------------------------------- golden */
 
 static void check_logits(const char *rel)
 {
-    loom_engine *e = open_model(rel);
-    golden g;
-    read_golden(rel, &g);
+    loom_engine *e = tm_open_ok(fixture(rel), "nemotron");
+    tm_golden g;
+    tm_read_golden(rel, 0, &g);
     int V = e->info.vocab;
     char path[1024];
     snprintf(path, sizeof path, "%s/logits.f32", fixture(rel));
@@ -132,7 +60,7 @@ static void check_logits(const char *rel)
     ck_assert_ptr_nonnull(ref);
     ck_assert_uint_eq(n_ref, (size_t)g.n_prompt * V);
 
-    loom_cache *c = new_cache(e);
+    loom_cache *c = tm_new_cache(e);
     float *got = malloc(n_ref * sizeof *got);
     feed_ok(e, c, 0, g.prompt, g.n_prompt, 0, got);
     double err = rel_err(got, ref, n_ref);
@@ -151,12 +79,12 @@ static void check_logits(const char *rel)
 
 static void check_greedy(const char *rel)
 {
-    loom_engine *e = open_model(rel);
-    golden g;
-    read_golden(rel, &g);
+    loom_engine *e = tm_open_ok(fixture(rel), "nemotron");
+    tm_golden g;
+    tm_read_golden(rel, 0, &g);
     int V = e->info.vocab;
     float *logits = malloc((size_t)V * sizeof *logits);
-    loom_cache *c = new_cache(e);
+    loom_cache *c = tm_new_cache(e);
     /* the prompt with logits for its last row only */
     loom_row rows[64];
     for (int i = 0; i < g.n_prompt; i++)
@@ -167,13 +95,7 @@ static void check_greedy(const char *rel)
     loom_err err;
     ck_assert_msg(e->family->forward(e->model, &round, &out, &err) == LOOM_OK,
                   "%s", err.msg);
-    int32_t pos = g.n_prompt;
-    for (int i = 0; i < g.n_greedy; i++) {
-        int32_t tok = argmax(logits, V);
-        ck_assert_msg(tok == g.greedy[i], "%s: step %d: %d, expected %d", rel,
-                      i, tok, g.greedy[i]);
-        feed_ok(e, c, pos++, &tok, 1, 0, logits);
-    }
+    tm_check_greedy(rel, e, c, &g, logits);
     e->family->cache_free(e->model, c);
     free(logits);
     loom_engine_close(e);
@@ -212,13 +134,13 @@ static const char *const models[] = {TINY, MOE};
 START_TEST(chunked_prompts)
 {
     const char *rel = models[_i];
-    loom_engine *e = open_model(rel);
-    golden g;
-    read_golden(rel, &g);
+    loom_engine *e = tm_open_ok(fixture(rel), "nemotron");
+    tm_golden g;
+    tm_read_golden(rel, 0, &g);
     size_t V = (size_t)e->info.vocab, n = (size_t)g.n_prompt;
     float *whole = malloc(n * V * sizeof(float));
     float *part = malloc(n * V * sizeof(float));
-    loom_cache *c = new_cache(e);
+    loom_cache *c = tm_new_cache(e);
     feed_ok(e, c, 0, g.prompt, g.n_prompt, 0, whole);
     const int sizes[] = {1, 3, 7};
     for (int s = 0; s < 3; s++) {
@@ -242,15 +164,15 @@ END_TEST
 START_TEST(two_streams)
 {
     const char *rel = models[_i];
-    loom_engine *e = open_model(rel);
-    golden g;
-    read_golden(rel, &g);
+    loom_engine *e = tm_open_ok(fixture(rel), "nemotron");
+    tm_golden g;
+    tm_read_golden(rel, 0, &g);
     size_t V = (size_t)e->info.vocab;
     int na = 11, nb = 7;
     const int32_t *ta = g.prompt, *tb = g.prompt + 13;
     float *alone_a = malloc((size_t)na * V * sizeof(float));
     float *alone_b = malloc((size_t)nb * V * sizeof(float));
-    loom_cache *a = new_cache(e), *b = new_cache(e);
+    loom_cache *a = tm_new_cache(e), *b = tm_new_cache(e);
     /* b first gets a head start of 2 rows alone */
     feed_ok(e, a, 0, ta, na, 0, alone_a);
     feed_ok(e, b, 0, tb, nb, 0, alone_b);
@@ -298,9 +220,9 @@ END_TEST
 START_TEST(commit_windows)
 {
     const char *rel = models[_i];
-    loom_engine *e = open_model(rel);
-    golden g;
-    read_golden(rel, &g);
+    loom_engine *e = tm_open_ok(fixture(rel), "nemotron");
+    tm_golden g;
+    tm_read_golden(rel, 0, &g);
     size_t V = (size_t)e->info.vocab;
     const int pre = 9, k = 5;
     const int32_t *win = g.prompt + pre;
@@ -309,7 +231,7 @@ START_TEST(commit_windows)
     float *pl = malloc((size_t)k * V * sizeof(float));
     float *got = malloc(V * sizeof(float));
     float *want = malloc(V * sizeof(float));
-    loom_cache *c = new_cache(e), *ref = new_cache(e);
+    loom_cache *c = tm_new_cache(e), *ref = tm_new_cache(e);
     loom_err err;
     for (int j = 0; j <= k; j++) {
         e->family->cache_reset(e->model, c);
@@ -381,11 +303,12 @@ END_TEST
 START_TEST(commit_two_streams)
 {
     const char *rel = models[_i];
-    loom_engine *e = open_model(rel);
-    golden g;
-    read_golden(rel, &g);
+    loom_engine *e = tm_open_ok(fixture(rel), "nemotron");
+    tm_golden g;
+    tm_read_golden(rel, 0, &g);
     size_t V = (size_t)e->info.vocab;
-    loom_cache *a = new_cache(e), *b = new_cache(e), *ref = new_cache(e);
+    loom_cache *a = tm_new_cache(e), *b = tm_new_cache(e),
+               *ref = tm_new_cache(e);
     const int32_t *ta = g.prompt, *tb = g.prompt + 10;
     int32_t next = g.prompt[23];
     feed_ok(e, a, 0, ta, 5, 0, NULL);
@@ -439,7 +362,7 @@ static void LOOM_ABI f_str(void *ctx, const char *key, const char *v)
 
 START_TEST(describe_and_geometry)
 {
-    loom_engine *e = open_model(TINY);
+    loom_engine *e = tm_open_ok(fixture(TINY), "nemotron");
     ck_assert_int_eq(e->info.vocab, 512);
     ck_assert_int_eq(e->info.hidden, 64);
     ck_assert_int_eq(e->info.n_layers, 5);
@@ -469,59 +392,13 @@ START_TEST(describe_and_geometry)
     json_decref(got);
     loom_engine_close(e);
 
-    e = open_model(MOE);
+    e = tm_open_ok(fixture(MOE), "nemotron");
     ck_assert_str_eq(e->info.layer_kinds, "MEAME-");
     loom_engine_close(e);
 }
 END_TEST
 
 /* ---------------------------------------------------------------- refusals */
-
-static void copy_file(const char *from, const char *to)
-{
-    FILE *in = fopen(from, "rb");
-    ck_assert_ptr_nonnull(in);
-    FILE *out = fopen(to, "wb");
-    ck_assert_ptr_nonnull(out);
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
-        ck_assert_uint_eq(fwrite(buf, 1, n, out), n);
-    fclose(in);
-    ck_assert_int_eq(fclose(out), 0);
-}
-
-/* A copy of fixture `rel` whose config.json is edited by `edit` (a JSON
- * object merged in; null values delete the key). Returns the directory. */
-static const char *edited(const char *rel, const char *edit)
-{
-    const char *dir = temp_dir();
-    ck_assert_ptr_nonnull(dir);
-    char from[1024], to[1024];
-    snprintf(from, sizeof from, "%s/model.safetensors", fixture(rel));
-    snprintf(to, sizeof to, "%s/model.safetensors", dir);
-    copy_file(from, to);
-    snprintf(from, sizeof from, "%s/config.json", fixture(rel));
-    json_error_t je;
-    json_t *cfg = json_load_file(from, 0, &je);
-    ck_assert_ptr_nonnull(cfg);
-    json_t *ed = json_loads(edit, 0, &je);
-    ck_assert_msg(ed != NULL, "bad edit %s: %s", edit, je.text);
-    const char *key;
-    json_t *val;
-    json_object_foreach(ed, key, val)
-    {
-        if (json_is_null(val))
-            json_object_del(cfg, key);
-        else
-            json_object_set(cfg, key, val);
-    }
-    snprintf(to, sizeof to, "%s/config.json", dir);
-    ck_assert_int_eq(json_dump_file(cfg, to, JSON_INDENT(1)), 0);
-    json_decref(cfg);
-    json_decref(ed);
-    return dir;
-}
 
 static const struct refusal {
     const char *model;
@@ -587,7 +464,8 @@ START_TEST(broken_geometry)
     loom_err err;
     memset(&err, 0, sizeof err);
     loom_status rc;
-    loom_engine *e = open_model_dir(edited(r->model, r->edit), &rc, &err);
+    loom_engine *e =
+        tm_open(tm_edited_copy(r->model, r->edit, 0), 0, &rc, &err);
     ck_assert_msg(e == NULL, "%s: opened", r->edit);
     ck_assert_msg(rc == r->code, "%s: status %d (%s), expected %d", r->edit, rc,
                   err.msg, r->code);
@@ -600,24 +478,26 @@ END_TEST
 /* Legacy key names and the pattern string give the same model. */
 START_TEST(legacy_config)
 {
-    const char *dir = edited(
-        TINY, "{\"layers_block_type\": null, \"hybrid_override_pattern\": "
-              "\"M-M*-\", \"n_groups\": null, \"mamba_n_groups\": 2, "
-              "\"conv_kernel\": null, \"mamba_d_conv\": 4, \"head_dim\": null, "
-              "\"attention_head_dim\": 16, \"num_hidden_layers\": 5}");
+    const char *dir = tm_edited_copy(
+        TINY,
+        "{\"layers_block_type\": null, \"hybrid_override_pattern\": "
+        "\"M-M*-\", \"n_groups\": null, \"mamba_n_groups\": 2, "
+        "\"conv_kernel\": null, \"mamba_d_conv\": 4, \"head_dim\": null, "
+        "\"attention_head_dim\": 16, \"num_hidden_layers\": 5}",
+        0);
     loom_err err;
-    loom_engine *e = open_model_dir(dir, NULL, &err);
+    loom_engine *e = tm_open(dir, 0, NULL, &err);
     ck_assert_msg(e != NULL, "%s", err.msg);
     ck_assert_str_eq(e->info.layer_kinds, "M-MA-");
-    golden g;
-    read_golden(TINY, &g);
+    tm_golden g;
+    tm_read_golden(TINY, 0, &g);
     size_t V = (size_t)e->info.vocab, n = (size_t)g.n_prompt;
     char path[1024];
     snprintf(path, sizeof path, "%s/logits.f32", fixture(TINY));
     size_t n_ref;
     float *ref = read_f32(path, &n_ref);
     float *got = malloc(n * V * sizeof(float));
-    loom_cache *c = new_cache(e);
+    loom_cache *c = tm_new_cache(e);
     feed_ok(e, c, 0, g.prompt, g.n_prompt, 0, got);
     ck_assert(rel_err(got, ref, n * V) < 1e-4);
     e->family->cache_free(e->model, c);
@@ -737,7 +617,7 @@ static const char *rewritten(const char *rel, int stack,
     char from[1024];
     snprintf(from, sizeof from, "%s/config.json", fixture(rel));
     snprintf(path, sizeof path, "%s/config.json", dir);
-    copy_file(from, path);
+    tm_copy_file(from, path);
     return dir;
 }
 
@@ -746,17 +626,17 @@ static const char *rewritten(const char *rel, int stack,
 static void check_dir_logits(const char *dir, const char *rel)
 {
     loom_err err;
-    loom_engine *e = open_model_dir(dir, NULL, &err);
+    loom_engine *e = tm_open(dir, 0, NULL, &err);
     ck_assert_msg(e != NULL, "%s", err.msg);
-    golden g;
-    read_golden(rel, &g);
+    tm_golden g;
+    tm_read_golden(rel, 0, &g);
     size_t V = (size_t)e->info.vocab, n = (size_t)g.n_prompt;
     char path[1024];
     snprintf(path, sizeof path, "%s/logits.f32", fixture(rel));
     size_t n_ref;
     float *ref = read_f32(path, &n_ref);
     float *got = malloc(n * V * sizeof(float));
-    loom_cache *c = new_cache(e);
+    loom_cache *c = tm_new_cache(e);
     feed_ok(e, c, 0, g.prompt, g.n_prompt, 0, got);
     double re = rel_err(got, ref, n * V);
     ck_assert_msg(re < 1e-4, "%s: rel err %g", dir, re);
@@ -781,7 +661,7 @@ START_TEST(stacked_experts)
     json_decref(cfg);
     loom_err err;
     loom_status rc;
-    ck_assert_ptr_null(open_model_dir(dir, &rc, &err));
+    ck_assert_ptr_null(tm_open(dir, 0, &rc, &err));
     ck_assert_int_eq(rc, LOOM_ERR_FORMAT);
     ck_assert_ptr_nonnull(
         strstr(err.msg, "backbone.layers.1.mixer.experts.up_proj"));
@@ -803,8 +683,8 @@ START_TEST(legacy_names_and_tied_head)
     /* untied and without lm_head.weight: refused, naming it */
     loom_err err;
     loom_status rc;
-    ck_assert_ptr_null(open_model_dir(
-        rewritten(TINY, 0, "lm_head.weight", "unused.lm_head"), &rc, &err));
+    ck_assert_ptr_null(tm_open(
+        rewritten(TINY, 0, "lm_head.weight", "unused.lm_head"), 0, &rc, &err));
     ck_assert_int_eq(rc, LOOM_ERR_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(err.msg, "lm_head"));
 }
@@ -813,7 +693,7 @@ END_TEST
 /* probe: 100 for the architecture, 50 for the model_type alone, else 0 */
 START_TEST(probe_scores)
 {
-    loom_engine *e = open_model(TINY);
+    loom_engine *e = tm_open_ok(fixture(TINY), "nemotron");
     const loom_plugin *pl = e->plugin->plugin;
     const struct {
         const char *edit;
@@ -828,9 +708,9 @@ START_TEST(probe_scores)
     for (int i = 0; i < 4; i++) {
         loom_checkpoint *ck;
         loom_err err;
-        ck_assert_int_eq(
-            loom_checkpoint_open(edited(TINY, cases[i].edit), &ck, &err),
-            LOOM_OK);
+        ck_assert_int_eq(loom_checkpoint_open(
+                             tm_edited_copy(TINY, cases[i].edit, 0), &ck, &err),
+                         LOOM_OK);
         ck_assert_int_eq(pl->probe(&e->hs.host, ck), cases[i].score);
         loom_checkpoint_close(ck);
     }
@@ -844,20 +724,17 @@ END_TEST
 START_TEST(eos_ids)
 {
     loom_err err;
-    loom_engine *e = open_model_dir(
-        edited(TINY, "{\"eos_token_id\": [2, 7, 2]}"), NULL, &err);
+    loom_engine *e =
+        tm_open(tm_edited_copy(TINY, "{\"eos_token_id\": [2, 7, 2]}", 0), 0,
+                NULL, &err);
     ck_assert_msg(e != NULL, "%s", err.msg);
     ck_assert_int_eq(e->info.n_eos, 2);
     ck_assert_int_eq(e->info.eos[0], 2);
     ck_assert_int_eq(e->info.eos[1], 7);
     loom_engine_close(e);
-    const char *dir = edited(TINY, "{\"eos_token_id\": 9}");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    FILE *f = fopen(path, "wb");
-    fputs("{\"eos_token_id\": [11, 9]}", f);
-    fclose(f);
-    e = open_model_dir(dir, NULL, &err);
+    const char *dir = tm_edited_copy(TINY, "{\"eos_token_id\": 9}", 0);
+    write_text_in(dir, "generation_config.json", "{\"eos_token_id\": [11, 9]}");
+    e = tm_open(dir, 0, NULL, &err);
     ck_assert_msg(e != NULL, "%s", err.msg);
     ck_assert_int_eq(e->info.n_eos, 2);
     ck_assert_int_eq(e->info.eos[0], 9);
@@ -870,20 +747,24 @@ END_TEST
 START_TEST(layer_types_alias)
 {
     loom_err err;
-    loom_engine *e = open_model_dir(
-        edited(TINY, "{\"layers_block_type\": null, \"layer_types\": "
-                     "[\"mamba\", \"mlp\", \"mamba\", \"attention\", "
-                     "\"mlp\"]}"),
-        NULL, &err);
+    loom_engine *e =
+        tm_open(tm_edited_copy(TINY,
+                               "{\"layers_block_type\": null, \"layer_types\": "
+                               "[\"mamba\", \"mlp\", \"mamba\", \"attention\", "
+                               "\"mlp\"]}",
+                               0),
+                0, NULL, &err);
     ck_assert_msg(e != NULL, "%s", err.msg);
     ck_assert_str_eq(e->info.layer_kinds, "M-MA-");
     loom_engine_close(e);
     /* both lists, disagreeing */
     loom_status rc;
-    ck_assert_ptr_null(open_model_dir(
-        edited(TINY, "{\"layer_types\": [\"mamba\", \"mlp\", \"mamba\", "
-                     "\"mlp\", \"mlp\"]}"),
-        &rc, &err));
+    ck_assert_ptr_null(tm_open(
+        tm_edited_copy(TINY,
+                       "{\"layer_types\": [\"mamba\", \"mlp\", \"mamba\", "
+                       "\"mlp\", \"mlp\"]}",
+                       0),
+        0, &rc, &err));
     ck_assert_int_eq(rc, LOOM_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(err.msg, "layer_types"));
 }
@@ -892,12 +773,12 @@ END_TEST
 /* Bad rounds are refused and leave the cache as it was. */
 START_TEST(bad_rounds)
 {
-    loom_engine *e = open_model(TINY);
-    golden g;
-    read_golden(TINY, &g);
+    loom_engine *e = tm_open_ok(fixture(TINY), "nemotron");
+    tm_golden g;
+    tm_read_golden(TINY, 0, &g);
     size_t V = (size_t)e->info.vocab;
     float *got = malloc(V * sizeof(float)), *want = malloc(V * sizeof(float));
-    loom_cache *c = new_cache(e), *ref = new_cache(e);
+    loom_cache *c = tm_new_cache(e), *ref = tm_new_cache(e);
     loom_err err;
     feed_ok(e, c, 0, g.prompt, 4, 0, NULL);
 
@@ -955,21 +836,14 @@ END_TEST
 /* The context limit: a stream may not pass max_context. */
 START_TEST(context_limit)
 {
-    const char *dirs[] = {LOOM_PLUGIN_DIR};
-    loom_engine_params p;
-    memset(&p, 0, sizeof p);
-    p.model = fixture(TINY);
-    p.plugin_dirs = dirs;
-    p.n_plugin_dirs = 1;
-    p.n_threads = 1;
-    p.max_context = 6;
-    loom_engine *e = NULL;
     loom_err err;
-    ck_assert_int_eq(loom_engine_open(&p, &e, &err), LOOM_OK);
+    loom_status rc;
+    loom_engine *e = tm_open(fixture(TINY), 6, &rc, &err);
+    ck_assert_int_eq(rc, LOOM_OK);
     ck_assert_int_eq(e->info.max_context, 6);
-    golden g;
-    read_golden(TINY, &g);
-    loom_cache *c = new_cache(e);
+    tm_golden g;
+    tm_read_golden(TINY, 0, &g);
+    loom_cache *c = tm_new_cache(e);
     feed_ok(e, c, 0, g.prompt, 5, 0, NULL);
     ck_assert_int_eq(feed(e, c, 5, g.prompt + 5, 2, 0, NULL, &err),
                      LOOM_ERR_FULL);

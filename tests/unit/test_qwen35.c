@@ -15,70 +15,10 @@
 #include <loom/platform.h>
 #include <loom/safetensors.h>
 
+#include "testmodel.h"
 #include "testutil.h"
 
 /* ---------------------------------------------------------------- helpers */
-
-static loom_status open_model(const char *dir, int64_t ctx, loom_engine **e,
-                              loom_err *err)
-{
-    static const char *const dirs[] = {LOOM_PLUGIN_DIR};
-    loom_engine_params p;
-    memset(&p, 0, sizeof p);
-    p.model = dir;
-    p.plugin_dirs = dirs;
-    p.n_plugin_dirs = 1;
-    p.device = LOOM_DEVICE_CPU;
-    p.n_threads = 2;
-    p.max_context = ctx;
-    return loom_engine_open(&p, e, err);
-}
-
-static loom_engine *open_ok(const char *dir)
-{
-    loom_engine *e = NULL;
-    loom_err err = {{0}};
-    loom_status st = open_model(dir, 0, &e, &err);
-    ck_assert_msg(st == LOOM_OK, "open %s: %s", dir, err.msg);
-    ck_assert_str_eq(e->plugin->plugin->name, "qwen35");
-    return e;
-}
-
-typedef struct golden {
-    int32_t ids[64];
-    int32_t n;
-    int32_t greedy[64];
-    int32_t n_greedy;
-    int32_t vocab;
-    float *logits; /* [n, vocab] */
-} golden;
-
-static void load_golden(const char *model, golden *g)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/golden.json", fixture(model));
-    json_error_t je;
-    json_t *j = json_load_file(path, 0, &je);
-    ck_assert_msg(j != NULL, "%s: %s", path, je.text);
-    json_t *ids = json_object_get(j, "prompt_ids");
-    json_t *gr = json_object_get(j, "greedy");
-    g->n = (int32_t)json_array_size(ids);
-    g->n_greedy = (int32_t)json_array_size(gr);
-    ck_assert_int_le(g->n, 64);
-    ck_assert_int_le(g->n_greedy, 64);
-    for (int32_t i = 0; i < g->n; i++)
-        g->ids[i] = (int32_t)json_integer_value(json_array_get(ids, i));
-    for (int32_t i = 0; i < g->n_greedy; i++)
-        g->greedy[i] = (int32_t)json_integer_value(json_array_get(gr, i));
-    g->vocab = (int32_t)json_integer_value(json_array_get(
-        json_object_get(json_object_get(j, "logits"), "shape"), 1));
-    json_decref(j);
-    snprintf(path, sizeof path, "%s/logits.f32", fixture(model));
-    size_t n = 0;
-    g->logits = read_f32(path, &n);
-    ck_assert_ptr_nonnull(g->logits);
-    ck_assert_uint_eq(n, (size_t)g->n * (size_t)g->vocab);
-}
 
 /* Feeds ids[0..n) at positions from the cache's length, `chunk` rows per
  * forward, each row flagged `flags`; logits of every row into out (may be
@@ -111,52 +51,27 @@ static void feed_ok(loom_engine *e, loom_cache *c, int32_t pos0,
     ck_assert_msg(st == LOOM_OK, "forward: %s", err.msg);
 }
 
-static loom_cache *new_cache(loom_engine *e)
-{
-    loom_cache *c = NULL;
-    loom_err err = {{0}};
-    ck_assert_int_eq(e->family->cache_new(e->model, &c, &err), LOOM_OK);
-    return c;
-}
-
-static int32_t argmax(const float *x, int32_t n)
-{
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
 /* ---------------------------------------------------------------- reference */
 
 static void check_reference(const char *model)
 {
-    golden g;
-    load_golden(model, &g);
-    loom_engine *e = open_ok(fixture(model));
+    tm_golden g;
+    tm_read_golden(model, 1, &g);
+    loom_engine *e = tm_open_ok(fixture(model), "qwen35");
     ck_assert_int_eq(e->info.vocab, g.vocab);
-    float *lg = malloc((size_t)g.n * g.vocab * sizeof(float));
-    loom_cache *c = new_cache(e);
-    feed_ok(e, c, 0, g.ids, g.n, g.n, LOOM_ROW_LOGITS, lg);
+    float *lg = malloc((size_t)g.n_prompt * g.vocab * sizeof(float));
+    loom_cache *c = tm_new_cache(e);
+    feed_ok(e, c, 0, g.prompt, g.n_prompt, g.n_prompt, LOOM_ROW_LOGITS, lg);
     /* every prompt position within 1e-4 of transformers */
-    for (int32_t t = 0; t < g.n; t++) {
+    for (int32_t t = 0; t < g.n_prompt; t++) {
         double r = rel_err(lg + (size_t)t * g.vocab,
                            g.logits + (size_t)t * g.vocab, (size_t)g.vocab);
         ck_assert_msg(r < 1e-4, "%s position %d: relative error %g", model, t,
                       r);
     }
     /* greedy decoding through the cache, one row per forward */
-    int32_t tok = argmax(lg + (size_t)(g.n - 1) * g.vocab, g.vocab);
-    float *row = malloc((size_t)g.vocab * sizeof(float));
-    for (int32_t i = 0; i < g.n_greedy; i++) {
-        ck_assert_msg(tok == g.greedy[i], "%s greedy step %d: %d, want %d",
-                      model, i, tok, g.greedy[i]);
-        feed_ok(e, c, g.n + i, &tok, 1, 1, LOOM_ROW_LOGITS, row);
-        tok = argmax(row, g.vocab);
-    }
+    tm_check_greedy(model, e, c, &g, lg + (size_t)(g.n_prompt - 1) * g.vocab);
     e->family->cache_free(e->model, c);
-    free(row);
     free(lg);
     free(g.logits);
     loom_engine_close(e);
@@ -215,7 +130,7 @@ static void LOOM_ABI f_str(void *ctx, const char *k, const char *v)
 
 START_TEST(describe_and_geometry)
 {
-    loom_engine *e = open_ok(fixture("models/qwen35-tiny"));
+    loom_engine *e = tm_open_ok(fixture("models/qwen35-tiny"), "qwen35");
     ck_assert_int_eq(e->info.vocab, 512);
     ck_assert_int_eq(e->info.hidden, 64);
     ck_assert_int_eq(e->info.n_layers, 4);
@@ -233,7 +148,7 @@ START_TEST(describe_and_geometry)
 
     /* ref2: partial_rotary_factor 0.5 inside rope_parameters wins over the
      * top-level 0.25; eos from a list */
-    e = open_ok(fixture("models/qwen35-ref2"));
+    e = tm_open_ok(fixture("models/qwen35-ref2"), "qwen35");
     ck_assert_str_eq(e->info.layer_kinds, "ALLAL");
     ck_assert_int_eq(e->info.n_eos, 2);
     ck_assert_int_eq(e->info.eos[1], 2);
@@ -250,7 +165,7 @@ START_TEST(describe_and_geometry)
     loom_engine_close(e);
 
     /* vl-tiny: nested text_config, tied head */
-    e = open_ok(fixture("models/qwen35-vl-tiny"));
+    e = tm_open_ok(fixture("models/qwen35-vl-tiny"), "qwen35");
     ck_assert_str_eq(e->info.layer_kinds, "LLALLA");
     loom_engine_close(e);
 }
@@ -261,10 +176,10 @@ END_TEST
 START_TEST(taps)
 {
     const char *t = "models/qwen35-tiny";
-    golden g;
-    load_golden(t, &g);
-    loom_engine *e = open_ok(fixture(t));
-    int64_t H = e->info.hidden, T = g.n;
+    tm_golden g;
+    tm_read_golden(t, 1, &g);
+    loom_engine *e = tm_open_ok(fixture(t), "qwen35");
+    int64_t H = e->info.hidden, T = g.n_prompt;
     loom_err err = {{0}};
     int32_t layers[2] = {3, 0};
     loom_model_options opt;
@@ -284,7 +199,7 @@ START_TEST(taps)
     loom_row rows[64];
     for (int32_t i = 0; i < T; i++)
         rows[i] =
-            (loom_row){c, g.ids[i], i, -1, LOOM_ROW_TAP | LOOM_ROW_LOGITS};
+            (loom_row){c, g.prompt[i], i, -1, LOOM_ROW_TAP | LOOM_ROW_LOGITS};
     loom_round r = {rows, (int32_t)T};
     loom_output none = {lg, NULL};
     ck_assert_int_eq(e->family->forward(m, &r, &none, &err), LOOM_ERR_INVALID);
@@ -342,18 +257,19 @@ END_TEST
 
 START_TEST(chunked_prompt)
 {
-    golden g;
-    load_golden("models/qwen35-tiny", &g);
-    loom_engine *e = open_ok(fixture("models/qwen35-tiny"));
-    size_t n = (size_t)g.n * g.vocab;
+    tm_golden g;
+    tm_read_golden("models/qwen35-tiny", 1, &g);
+    loom_engine *e = tm_open_ok(fixture("models/qwen35-tiny"), "qwen35");
+    size_t n = (size_t)g.n_prompt * g.vocab;
     float *all = malloc(n * sizeof(float)), *part = malloc(n * sizeof(float));
-    loom_cache *c = new_cache(e);
-    feed_ok(e, c, 0, g.ids, g.n, g.n, LOOM_ROW_LOGITS, all);
+    loom_cache *c = tm_new_cache(e);
+    feed_ok(e, c, 0, g.prompt, g.n_prompt, g.n_prompt, LOOM_ROW_LOGITS, all);
     int32_t chunks[2] = {1, 3};
     for (int i = 0; i < 2; i++) {
         /* cache_reset makes the cache reusable from position 0 */
         e->family->cache_reset(e->model, c);
-        feed_ok(e, c, 0, g.ids, g.n, chunks[i], LOOM_ROW_LOGITS, part);
+        feed_ok(e, c, 0, g.prompt, g.n_prompt, chunks[i], LOOM_ROW_LOGITS,
+                part);
         double r = rel_err(part, all, n);
         ck_assert_msg(r <= 1e-5, "chunk %d: %g", chunks[i], r);
     }
@@ -367,16 +283,16 @@ END_TEST
 
 START_TEST(two_streams)
 {
-    golden g;
-    load_golden("models/qwen35-vl-tiny", &g);
-    loom_engine *e = open_ok(fixture("models/qwen35-vl-tiny"));
+    tm_golden g;
+    tm_read_golden("models/qwen35-vl-tiny", 1, &g);
+    loom_engine *e = tm_open_ok(fixture("models/qwen35-vl-tiny"), "qwen35");
     int32_t V = g.vocab, n = 10, m = 7;
-    const int32_t *a = g.ids, *b = g.ids + 12; /* two different prompts */
+    const int32_t *a = g.prompt, *b = g.prompt + 12; /* two different prompts */
     float *la = malloc((size_t)(n + 1) * V * sizeof(float));
     float *lb = malloc((size_t)(m + 1) * V * sizeof(float));
     float *both = malloc((size_t)(n + m + 2) * V * sizeof(float));
     /* alone */
-    loom_cache *c = new_cache(e);
+    loom_cache *c = tm_new_cache(e);
     feed_ok(e, c, 0, a, n, n, LOOM_ROW_LOGITS, la);
     feed_ok(e, c, n, &b[0], 1, 1, LOOM_ROW_LOGITS, la + (size_t)n * V);
     e->family->cache_reset(e->model, c);
@@ -385,7 +301,7 @@ START_TEST(two_streams)
     e->family->cache_free(e->model, c);
     /* together: the prompts' rows interleaved in one round, then one decode
      * round with a row of each (b's row first) */
-    loom_cache *ca = new_cache(e), *cb = new_cache(e);
+    loom_cache *ca = tm_new_cache(e), *cb = tm_new_cache(e);
     loom_row rows[32];
     int32_t k = 0, ia = 0, ib = 0;
     int32_t order[32]; /* 0: a, 1: b, in round order */
@@ -431,19 +347,19 @@ END_TEST
  * `plain` rows of the window's forward come before the speculative ones. */
 static void check_commit(const char *model, int32_t plain, int32_t k, int32_t j)
 {
-    golden g;
-    load_golden(model, &g);
-    loom_engine *e = open_ok(fixture(model));
+    tm_golden g;
+    tm_read_golden(model, 1, &g);
+    loom_engine *e = tm_open_ok(fixture(model), "qwen35");
     int32_t V = g.vocab, p = 8;
-    const int32_t *win = g.ids + p; /* plain rows, then the window */
-    int32_t next = g.ids[p + plain + k];
+    const int32_t *win = g.prompt + p; /* plain rows, then the window */
+    int32_t next = g.prompt[p + plain + k];
     float *l1 = malloc((size_t)V * sizeof(float));
     float *l2 = malloc((size_t)V * sizeof(float));
     float *scratch = malloc((size_t)(plain + k) * V * sizeof(float));
     loom_err err = {{0}};
 
-    loom_cache *c = new_cache(e);
-    feed_ok(e, c, 0, g.ids, p, p, 0, NULL);
+    loom_cache *c = tm_new_cache(e);
+    feed_ok(e, c, 0, g.prompt, p, p, 0, NULL);
     loom_row rows[32];
     for (int32_t i = 0; i < plain + k; i++)
         rows[i] = (loom_row){c, win[i], p + i, -1,
@@ -457,7 +373,7 @@ static void check_commit(const char *model, int32_t plain, int32_t k, int32_t j)
     feed_ok(e, c, p + plain + j, &next, 1, 1, LOOM_ROW_LOGITS, l1);
 
     e->family->cache_reset(e->model, c);
-    feed_ok(e, c, 0, g.ids, p, p, 0, NULL);
+    feed_ok(e, c, 0, g.prompt, p, p, 0, NULL);
     if (plain + j > 0)
         feed_ok(e, c, p, win, plain + j, plain + j, 0, NULL);
     feed_ok(e, c, p + plain + j, &next, 1, 1, LOOM_ROW_LOGITS, l2);
@@ -486,37 +402,37 @@ END_TEST
 
 START_TEST(commit_errors_and_repeats)
 {
-    golden g;
-    load_golden("models/qwen35-tiny", &g);
-    loom_engine *e = open_ok(fixture("models/qwen35-tiny"));
+    tm_golden g;
+    tm_read_golden("models/qwen35-tiny", 1, &g);
+    loom_engine *e = tm_open_ok(fixture("models/qwen35-tiny"), "qwen35");
     int32_t V = g.vocab;
     loom_err err = {{0}};
-    loom_cache *c = new_cache(e);
+    loom_cache *c = tm_new_cache(e);
     float *l1 = malloc((size_t)V * 2 * sizeof(float));
     float *l2 = malloc((size_t)V * 16 * sizeof(float));
-    feed_ok(e, c, 0, g.ids, 6, 6, 0, NULL);
+    feed_ok(e, c, 0, g.prompt, 6, 6, 0, NULL);
     /* nothing speculative yet: only commit(0) is in range */
     ck_assert_int_eq(e->family->commit(e->model, c, 1, &err), LOOM_ERR_RANGE);
     ck_assert_ptr_nonnull(strstr(err.msg, "kept = 1"));
     ck_assert_int_eq(e->family->commit(e->model, c, 0, &err), LOOM_OK);
     /* two windows in a row, each partly kept */
-    feed_ok(e, c, 6, g.ids + 6, 3, 3, LOOM_ROW_SPECULATIVE, NULL);
+    feed_ok(e, c, 6, g.prompt + 6, 3, 3, LOOM_ROW_SPECULATIVE, NULL);
     ck_assert_int_eq(e->family->commit(e->model, c, 4, &err), LOOM_ERR_RANGE);
     ck_assert_int_eq(e->family->commit(e->model, c, 1, &err), LOOM_OK);
-    feed_ok(e, c, 7, g.ids + 7, 4, 4, LOOM_ROW_SPECULATIVE, NULL);
+    feed_ok(e, c, 7, g.prompt + 7, 4, 4, LOOM_ROW_SPECULATIVE, NULL);
     ck_assert_int_eq(e->family->commit(e->model, c, 2, &err), LOOM_OK);
     /* a window fed over two forwards is one window */
-    feed_ok(e, c, 9, g.ids + 9, 2, 2, LOOM_ROW_SPECULATIVE, NULL);
-    feed_ok(e, c, 11, g.ids + 11, 2, 2, LOOM_ROW_SPECULATIVE, NULL);
+    feed_ok(e, c, 9, g.prompt + 9, 2, 2, LOOM_ROW_SPECULATIVE, NULL);
+    feed_ok(e, c, 11, g.prompt + 11, 2, 2, LOOM_ROW_SPECULATIVE, NULL);
     ck_assert_int_eq(e->family->commit(e->model, c, 3, &err), LOOM_OK);
-    feed_ok(e, c, 12, g.ids + 12, 1, 1, LOOM_ROW_LOGITS, l1);
+    feed_ok(e, c, 12, g.prompt + 12, 1, 1, LOOM_ROW_LOGITS, l1);
     /* plain rows after an uncommitted window keep all of it */
-    feed_ok(e, c, 13, g.ids + 13, 2, 2, LOOM_ROW_SPECULATIVE, NULL);
-    feed_ok(e, c, 15, g.ids + 15, 1, 1, LOOM_ROW_LOGITS, l1 + V);
+    feed_ok(e, c, 13, g.prompt + 13, 2, 2, LOOM_ROW_SPECULATIVE, NULL);
+    feed_ok(e, c, 15, g.prompt + 15, 1, 1, LOOM_ROW_LOGITS, l1 + V);
     ck_assert_int_eq(e->family->commit(e->model, c, 0, &err), LOOM_OK);
 
     e->family->cache_reset(e->model, c);
-    feed_ok(e, c, 0, g.ids, 16, 16, LOOM_ROW_LOGITS, l2);
+    feed_ok(e, c, 0, g.prompt, 16, 16, LOOM_ROW_LOGITS, l2);
     ck_assert_int_eq(memcmp(l1, l2 + (size_t)12 * V, (size_t)V * 4), 0);
     ck_assert_int_eq(memcmp(l1 + V, l2 + (size_t)15 * V, (size_t)V * 4), 0);
     e->family->cache_free(e->model, c);
@@ -529,21 +445,21 @@ END_TEST
 
 START_TEST(forward_refusals)
 {
-    golden g;
-    load_golden("models/qwen35-tiny", &g);
-    loom_engine *e = NULL;
+    tm_golden g;
+    tm_read_golden("models/qwen35-tiny", 1, &g);
     loom_err err = {{0}};
+    loom_status opened;
     /* a context limit of 8 positions */
-    ck_assert_int_eq(open_model(fixture("models/qwen35-tiny"), 8, &e, &err),
-                     LOOM_OK);
+    loom_engine *e = tm_open(fixture("models/qwen35-tiny"), 8, &opened, &err);
+    ck_assert_int_eq(opened, LOOM_OK);
     int32_t V = g.vocab;
     float *l1 = malloc((size_t)V * 8 * sizeof(float));
     float *l2 = malloc((size_t)V * 8 * sizeof(float));
-    loom_cache *c = new_cache(e);
-    feed_ok(e, c, 0, g.ids, 4, 4, 0, NULL);
+    loom_cache *c = tm_new_cache(e);
+    feed_ok(e, c, 0, g.prompt, 4, 4, 0, NULL);
     /* wrong position, bad token, trees, plain after speculative, too long,
      * no logits buffer: each refused, and the cache is left as it was */
-    loom_row bad[3] = {{c, g.ids[4], 5, -1, 0}};
+    loom_row bad[3] = {{c, g.prompt[4], 5, -1, 0}};
     loom_round r = {bad, 1};
     loom_output none = {NULL, NULL};
     ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
@@ -564,7 +480,7 @@ START_TEST(forward_refusals)
     bad[0] = (loom_row){NULL, 3, 4, -1, 0};
     ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
                      LOOM_ERR_INVALID);
-    ck_assert_int_eq(feed(e, c, 4, g.ids + 4, 5, 5, 0, NULL, &err),
+    ck_assert_int_eq(feed(e, c, 4, g.prompt + 4, 5, 5, 0, NULL, &err),
                      LOOM_ERR_FULL);
     ck_assert_ptr_nonnull(strstr(err.msg, "context limit 8"));
     bad[0] = (loom_row){c, 3, 4, -1, LOOM_ROW_LOGITS};
@@ -572,9 +488,9 @@ START_TEST(forward_refusals)
     ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
                      LOOM_ERR_INVALID);
     /* the cache still stands at position 4 */
-    feed_ok(e, c, 4, g.ids + 4, 4, 4, LOOM_ROW_LOGITS, l1);
+    feed_ok(e, c, 4, g.prompt + 4, 4, 4, LOOM_ROW_LOGITS, l1);
     e->family->cache_reset(e->model, c);
-    feed_ok(e, c, 0, g.ids, 8, 8, LOOM_ROW_LOGITS, l2);
+    feed_ok(e, c, 0, g.prompt, 8, 8, LOOM_ROW_LOGITS, l2);
     ck_assert_int_eq(memcmp(l1, l2 + (size_t)4 * V, (size_t)4 * V * 4), 0);
     e->family->cache_free(e->model, c);
     free(l1);
@@ -586,57 +502,12 @@ END_TEST
 
 /* ---------------------------------------------------------------- broken */
 
-/* A copy of fixture `model` in a fresh temp dir with config.json edited by
- * `edit` (a JSON object merged into the text config; JSON null deletes). */
-static const char *copy_model(const char *model, const char *edit,
-                              int text_level)
-{
-    const char *dir = temp_dir();
-    ck_assert_ptr_nonnull(dir);
-    char src[1024], dst[1024];
-    const char *files[] = {"model.safetensors", "generation_config.json"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(src, sizeof src, "%s/%s", fixture(model), files[i]);
-        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
-        char *data = NULL;
-        size_t size = 0;
-        loom_err err;
-        ck_assert_int_eq(loom_read_file(src, &data, &size, &err), LOOM_OK);
-        FILE *f = fopen(dst, "wb");
-        ck_assert_ptr_nonnull(f);
-        ck_assert_uint_eq(fwrite(data, 1, size, f), size);
-        fclose(f);
-        free(data);
-    }
-    snprintf(src, sizeof src, "%s/config.json", fixture(model));
-    json_error_t je;
-    json_t *cfg = json_load_file(src, 0, &je);
-    ck_assert_ptr_nonnull(cfg);
-    json_t *tc = text_level ? json_object_get(cfg, "text_config") : cfg;
-    json_t *ed = json_loads(edit, 0, &je);
-    ck_assert_msg(ed != NULL, "%s", je.text);
-    const char *key;
-    json_t *v;
-    json_object_foreach(ed, key, v)
-    {
-        if (json_is_null(v))
-            json_object_del(tc, key);
-        else
-            json_object_set(tc, key, v);
-    }
-    json_decref(ed);
-    snprintf(dst, sizeof dst, "%s/config.json", dir);
-    ck_assert_int_eq(json_dump_file(cfg, dst, JSON_INDENT(1)), 0);
-    json_decref(cfg);
-    return dir;
-}
-
 static void expect_refusal(const char *dir, loom_status code,
                            const char *needle1, const char *needle2)
 {
-    loom_engine *e = NULL;
     loom_err err = {{0}};
-    loom_status st = open_model(dir, 0, &e, &err);
+    loom_status st;
+    tm_open(dir, 0, &st, &err);
     ck_assert_msg(st == code, "%s: status %d, want %d (%s)", dir, st, code,
                   err.msg);
     ck_assert_msg(strstr(err.msg, needle1) != NULL, "'%s' lacks '%s'", err.msg,
@@ -649,61 +520,62 @@ static void expect_refusal(const char *dir, loom_status code,
 START_TEST(broken_geometry)
 {
     const char *t = "models/qwen35-tiny";
-    expect_refusal(copy_model(t, "{\"num_key_value_heads\": 3}", 0),
+    expect_refusal(tm_edited_copy(t, "{\"num_key_value_heads\": 3}", 0),
                    LOOM_ERR_FORMAT, "num_key_value_heads = 3",
                    "num_attention_heads = 4");
-    expect_refusal(copy_model(t, "{\"linear_num_value_heads\": 3}", 0),
+    expect_refusal(tm_edited_copy(t, "{\"linear_num_value_heads\": 3}", 0),
                    LOOM_ERR_FORMAT, "linear_num_value_heads = 3",
                    "linear_num_key_heads = 2");
-    expect_refusal(copy_model(t,
-                              "{\"layer_types\": [\"linear_attention\", "
-                              "\"linear_attention\", \"full_attention\"]}",
-                              0),
+    expect_refusal(tm_edited_copy(t,
+                                  "{\"layer_types\": [\"linear_attention\", "
+                                  "\"linear_attention\", \"full_attention\"]}",
+                                  0),
                    LOOM_ERR_FORMAT, "layer_types has 3 entries",
                    "num_hidden_layers = 4");
-    expect_refusal(copy_model(t,
-                              "{\"layer_types\": [\"linear_attention\", "
-                              "\"mamba\", \"full_attention\", "
-                              "\"full_attention\"]}",
-                              0),
+    expect_refusal(tm_edited_copy(t,
+                                  "{\"layer_types\": [\"linear_attention\", "
+                                  "\"mamba\", \"full_attention\", "
+                                  "\"full_attention\"]}",
+                                  0),
                    LOOM_ERR_FORMAT, "layer_types[1] = \"mamba\"", NULL);
-    expect_refusal(copy_model(t, "{\"hidden_size\": 0}", 0), LOOM_ERR_FORMAT,
-                   "hidden_size = 0", "positive");
-    expect_refusal(copy_model(t, "{\"linear_key_head_dim\": -16}", 0),
+    expect_refusal(tm_edited_copy(t, "{\"hidden_size\": 0}", 0),
+                   LOOM_ERR_FORMAT, "hidden_size = 0", "positive");
+    expect_refusal(tm_edited_copy(t, "{\"linear_key_head_dim\": -16}", 0),
                    LOOM_ERR_FORMAT, "linear_key_head_dim = -16", NULL);
-    expect_refusal(copy_model(t, "{\"vocab_size\": null}", 0), LOOM_ERR_FORMAT,
-                   "vocab_size", "required");
-    expect_refusal(copy_model(t, "{\"head_dim\": \"32\"}", 0), LOOM_ERR_FORMAT,
-                   "head_dim", "integer");
-    expect_refusal(copy_model(t,
-                              "{\"full_attention_interval\": 0, "
-                              "\"layer_types\": null}",
-                              0),
+    expect_refusal(tm_edited_copy(t, "{\"vocab_size\": null}", 0),
+                   LOOM_ERR_FORMAT, "vocab_size", "required");
+    expect_refusal(tm_edited_copy(t, "{\"head_dim\": \"32\"}", 0),
+                   LOOM_ERR_FORMAT, "head_dim", "integer");
+    expect_refusal(tm_edited_copy(t,
+                                  "{\"full_attention_interval\": 0, "
+                                  "\"layer_types\": null}",
+                                  0),
                    LOOM_ERR_FORMAT, "full_attention_interval = 0", NULL);
-    expect_refusal(copy_model(t, "{\"rms_norm_eps\": 0}", 0), LOOM_ERR_FORMAT,
-                   "rms_norm_eps = 0", NULL);
-    expect_refusal(copy_model(t,
-                              "{\"partial_rotary_factor\": 0.01, "
-                              "\"rope_parameters\": null}",
-                              0),
+    expect_refusal(tm_edited_copy(t, "{\"rms_norm_eps\": 0}", 0),
+                   LOOM_ERR_FORMAT, "rms_norm_eps = 0", NULL);
+    expect_refusal(tm_edited_copy(t,
+                                  "{\"partial_rotary_factor\": 0.01, "
+                                  "\"rope_parameters\": null}",
+                                  0),
                    LOOM_ERR_FORMAT, "partial_rotary_factor = 0.01", NULL);
-    expect_refusal(copy_model(t,
-                              "{\"rope_parameters\": {\"rope_type\": "
-                              "\"yarn\"}}",
-                              0),
+    expect_refusal(tm_edited_copy(t,
+                                  "{\"rope_parameters\": {\"rope_type\": "
+                                  "\"yarn\"}}",
+                                  0),
                    LOOM_ERR_UNSUPPORTED, "rope_type = \"yarn\"", NULL);
-    expect_refusal(copy_model(t, "{\"hidden_act\": \"gelu\"}", 0),
+    expect_refusal(tm_edited_copy(t, "{\"hidden_act\": \"gelu\"}", 0),
                    LOOM_ERR_UNSUPPORTED, "hidden_act = \"gelu\"", NULL);
     /* nested: the message names text_config */
-    expect_refusal(
-        copy_model("models/qwen35-vl-tiny", "{\"num_attention_heads\": 0}", 1),
-        LOOM_ERR_FORMAT, "text_config.num_attention_heads = 0", NULL);
+    expect_refusal(tm_edited_copy("models/qwen35-vl-tiny",
+                                  "{\"num_attention_heads\": 0}", 1),
+                   LOOM_ERR_FORMAT, "text_config.num_attention_heads = 0",
+                   NULL);
     /* without layer_types, full_attention_interval decides: 2 gives LALA,
      * which this checkpoint's tensors do not match (layer 1 has no q_proj) */
-    expect_refusal(copy_model(t,
-                              "{\"full_attention_interval\": 2, "
-                              "\"layer_types\": null}",
-                              0),
+    expect_refusal(tm_edited_copy(t,
+                                  "{\"full_attention_interval\": 2, "
+                                  "\"layer_types\": null}",
+                                  0),
                    LOOM_ERR_NOT_FOUND, "layers.1.self_attn.q_proj", NULL);
 }
 END_TEST
@@ -712,7 +584,7 @@ END_TEST
  * ids gathered from config.json and generation_config.json. */
 START_TEST(probe_and_eos)
 {
-    loom_engine *e = open_ok(fixture("models/qwen35-tiny"));
+    loom_engine *e = tm_open_ok(fixture("models/qwen35-tiny"), "qwen35");
     const loom_plugin *pl = e->plugin->plugin;
     const loom_host *host = &e->hs.host;
     ck_assert_int_eq(pl->probe(host, e->ckpt), 100);
@@ -730,7 +602,8 @@ START_TEST(probe_and_eos)
          0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        const char *dir = copy_model("models/qwen35-tiny", cases[i].edit, 0);
+        const char *dir =
+            tm_edited_copy("models/qwen35-tiny", cases[i].edit, 0);
         loom_checkpoint *ck = NULL;
         loom_err err = {{0}};
         ck_assert_int_eq(loom_checkpoint_open(dir, &ck, &err), LOOM_OK);
@@ -741,14 +614,10 @@ START_TEST(probe_and_eos)
     loom_engine_close(e);
 
     /* eos: the config's 1, then generation_config's list, deduplicated */
-    const char *dir = copy_model("models/qwen35-tiny", "{}", 0);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("{\"eos_token_id\": [1, 7, 9]}", f);
-    fclose(f);
-    e = open_ok(dir);
+    const char *dir = tm_edited_copy("models/qwen35-tiny", "{}", 0);
+    write_text_in(dir, "generation_config.json",
+                  "{\"eos_token_id\": [1, 7, 9]}");
+    e = tm_open_ok(dir, "qwen35");
     ck_assert_int_eq(e->info.n_eos, 3);
     ck_assert_int_eq(e->info.eos[0], 1);
     ck_assert_int_eq(e->info.eos[1], 7);
@@ -842,7 +711,7 @@ START_TEST(broken_tensors)
                              "model.layers.1.linear_attn.A_log",
                              "lm_head.weight", "model.norm.weight"};
     for (size_t m = 0; m < sizeof missing / sizeof *missing; m++) {
-        const char *dir = copy_model(t, "{}", 0);
+        const char *dir = tm_edited_copy(t, "{}", 0);
         int k = st_index(ents, n, missing[m]);
         ck_assert_int_ge(k, 0);
         st_entry e2[128];
@@ -865,7 +734,7 @@ START_TEST(broken_tensors)
         {"model.layers.1.linear_attn.dt_bias", 1, {2}},
     };
     for (size_t w = 0; w < sizeof wrong / sizeof *wrong; w++) {
-        const char *dir = copy_model(t, "{}", 0);
+        const char *dir = tm_edited_copy(t, "{}", 0);
         int k = st_index(ents, n, wrong[w].name);
         ck_assert_int_ge(k, 0);
         st_entry e2[128];
@@ -879,9 +748,9 @@ START_TEST(broken_tensors)
         e2[k].nbytes = count * 2; /* BF16, fewer bytes than the original */
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         st_write(path, e2, n);
-        loom_engine *e = NULL;
         loom_err err = {{0}};
-        loom_status s = open_model(dir, 0, &e, &err);
+        loom_status s;
+        tm_open(dir, 0, &s, &err);
         ck_assert_msg(s == LOOM_ERR_FORMAT || s == LOOM_ERR_INVALID,
                       "%s: status %d (%s)", wrong[w].name, s, err.msg);
         ck_assert_msg(strstr(err.msg, wrong[w].name) != NULL,
@@ -1035,7 +904,7 @@ static void check_next(int moe)
         out[m++] = e2;
     }
     ck_assert_int_le(m, 256);
-    const char *dir = copy_model(
+    const char *dir = tm_edited_copy(
         t,
         moe ? "{\"model_type\": \"qwen3_next\", \"architectures\": "
               "[\"Qwen3NextForCausalLM\"], \"num_experts\": 4, "
@@ -1053,18 +922,18 @@ static void check_next(int moe)
         free(out[i].owned);
     loom_st_close(st);
 
-    golden g;
-    load_golden(t, &g);
-    size_t cnt = (size_t)g.n * g.vocab;
+    tm_golden g;
+    tm_read_golden(t, 1, &g);
+    size_t cnt = (size_t)g.n_prompt * g.vocab;
     float *l1 = malloc(cnt * 4), *l2 = malloc(cnt * 4);
-    loom_engine *e = open_ok(fixture(t));
-    loom_cache *c = new_cache(e);
-    feed_ok(e, c, 0, g.ids, g.n, g.n, LOOM_ROW_LOGITS, l1);
+    loom_engine *e = tm_open_ok(fixture(t), "qwen35");
+    loom_cache *c = tm_new_cache(e);
+    feed_ok(e, c, 0, g.prompt, g.n_prompt, g.n_prompt, LOOM_ROW_LOGITS, l1);
     e->family->cache_free(e->model, c);
     loom_engine_close(e);
-    e = open_ok(dir);
-    c = new_cache(e);
-    feed_ok(e, c, 0, g.ids, g.n, 5, LOOM_ROW_LOGITS, l2);
+    e = tm_open_ok(dir, "qwen35");
+    c = tm_new_cache(e);
+    feed_ok(e, c, 0, g.prompt, g.n_prompt, 5, LOOM_ROW_LOGITS, l2);
     e->family->cache_free(e->model, c);
     loom_engine_close(e);
     double d = rel_err(l2, l1, cnt);
@@ -1219,11 +1088,11 @@ static const char *make_dtype_variant(int kind)
         out[m++] = e;
     }
     const char *dir =
-        copy_model(t,
-                   kind == AS_MLX ? "{\"quantization\": {\"group_size\": "
-                                    "64, \"bits\": 4}}"
-                                  : "{}",
-                   0);
+        tm_edited_copy(t,
+                       kind == AS_MLX ? "{\"quantization\": {\"group_size\": "
+                                        "64, \"bits\": 4}}"
+                                      : "{}",
+                       0);
     char path[1024];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     st_write(path, out, m);
@@ -1233,12 +1102,12 @@ static const char *make_dtype_variant(int kind)
     return dir;
 }
 
-static float *prompt_logits(const char *dir, const golden *g)
+static float *prompt_logits(const char *dir, const tm_golden *g)
 {
-    float *l = malloc((size_t)g->n * g->vocab * sizeof(float));
-    loom_engine *e = open_ok(dir);
-    loom_cache *c = new_cache(e);
-    feed_ok(e, c, 0, g->ids, g->n, 7, LOOM_ROW_LOGITS, l);
+    float *l = malloc((size_t)g->n_prompt * g->vocab * sizeof(float));
+    loom_engine *e = tm_open_ok(dir, "qwen35");
+    loom_cache *c = tm_new_cache(e);
+    feed_ok(e, c, 0, g->prompt, g->n_prompt, 7, LOOM_ROW_LOGITS, l);
     e->family->cache_free(e->model, c);
     loom_engine_close(e);
     return l;
@@ -1246,9 +1115,9 @@ static float *prompt_logits(const char *dir, const golden *g)
 
 START_TEST(weight_dtypes)
 {
-    golden g;
-    load_golden("models/qwen35-tiny", &g);
-    size_t cnt = (size_t)g.n * g.vocab;
+    tm_golden g;
+    tm_read_golden("models/qwen35-tiny", 1, &g);
+    size_t cnt = (size_t)g.n_prompt * g.vocab;
     float *bf = prompt_logits(fixture("models/qwen35-tiny"), &g);
     /* F32 holds the BF16 values exactly: the same function */
     float *f32 = prompt_logits(make_dtype_variant(AS_F32), &g);

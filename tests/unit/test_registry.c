@@ -171,12 +171,7 @@ END_TEST
 static const char *config_dir(const char *text)
 {
     const char *dir = temp_dir();
-    char path[1024];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
+    write_text_in(dir, "config.json", text);
     return dir;
 }
 

@@ -187,9 +187,10 @@ static json_t *check_error(const resp *r, int status, json_t **root)
     return e;
 }
 
-static const char *str_of(json_t *o, const char *path)
+/* The member at a dotted path, "a.b.0.c" (numbers index arrays); NULL when
+ * absent. */
+static json_t *at_path(json_t *o, const char *path)
 {
-    /* "a.b.0.c" */
     char key[128];
     const char *p = path;
     while (o && *p) {
@@ -203,24 +204,17 @@ static const char *str_of(json_t *o, const char *path)
             o = json_object_get(o, key);
         p = dot ? dot + 1 : p + n;
     }
-    return json_string_value(o);
+    return o;
+}
+
+static const char *str_of(json_t *o, const char *path)
+{
+    return json_string_value(at_path(o, path));
 }
 
 static json_int_t int_of(json_t *o, const char *path)
 {
-    char key[128];
-    const char *p = path;
-    while (o && *p) {
-        const char *dot = strchr(p, '.');
-        size_t n = dot ? (size_t)(dot - p) : strlen(p);
-        memcpy(key, p, n);
-        key[n] = 0;
-        if (json_is_array(o))
-            o = json_array_get(o, (size_t)atoi(key));
-        else
-            o = json_object_get(o, key);
-        p = dot ? dot + 1 : p + n;
-    }
+    o = at_path(o, path);
     ck_assert_msg(json_is_integer(o), "%s is not an integer", path);
     return json_integer_value(o);
 }

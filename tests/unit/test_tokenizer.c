@@ -453,11 +453,8 @@ static const char *write_tok(const char *json)
     static char path[1024];
     const char *dir = temp_dir();
     ck_assert_ptr_nonnull(dir);
+    write_text_in(dir, "tokenizer.json", json);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(json, f);
-    fclose(f);
     return path;
 }
 

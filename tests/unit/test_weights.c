@@ -25,16 +25,6 @@ typedef struct tw {
     size_t n;
 } tw;
 
-static void write_text(const char *dir, const char *name, const char *text)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
-    ck_assert_int_eq(fclose(f), 0);
-}
-
 /* dir/model.safetensors holding `t` back to back, in order. */
 static void write_model(const char *dir, const tw *t, int n)
 {
@@ -152,7 +142,7 @@ static const int8_t i8_q[4] = {1, 2, 3, 4};
 static const char *make_quant_ckpt(void)
 {
     const char *dir = temp_dir();
-    write_text(dir, "config.json", quant_config);
+    write_text_in(dir, "config.json", quant_config);
     const tw t[] = {
         {"model.layers.0.mlp.up_proj.weight", "U32", 2, {2, 2}, up_q, 16},
         {"model.layers.0.mlp.up_proj.scales", "F32", 2, {2, 2}, up_s, 16},
@@ -377,6 +367,31 @@ START_TEST(test_find_errors)
 }
 END_TEST
 
+/* Quantization sections of config.json that loom_weight_find refuses for a
+ * quantized tensor x, with the status and a part of the message. */
+static const struct config_refusal {
+    const char *config;
+    loom_status code;
+    const char *part;
+} config_refusals[] = {
+    /* scales but no MLX section (another tool's quantization_config) */
+    {"{\"quantization_config\": {\"quant_method\": \"awq\"}}", LOOM_ERR_FORMAT,
+     "'x.scales'"},
+    /* a mode other than affine */
+    {"{\"quantization\": {\"group_size\": 32, \"bits\": 4, "
+     "\"mode\": \"mxfp4\"}}",
+     LOOM_ERR_UNSUPPORTED, "mxfp4"},
+    /* bits that are not an integer, a group size that is not positive */
+    {"{\"quantization\": {\"group_size\": 16, \"bits\": \"4\"}}",
+     LOOM_ERR_FORMAT, "\"bits\""},
+    {"{\"quantization\": {\"group_size\": 0, \"bits\": 2}}", LOOM_ERR_FORMAT,
+     "group_size"},
+    /* quantization_config alone (no "quantization") is MLX's copy; 16 2-bit
+     * values do not fill groups of 64 */
+    {"{\"quantization_config\": {\"group_size\": 64, \"bits\": 2}}",
+     LOOM_ERR_FORMAT, "group_size 64"},
+};
+
 START_TEST(test_find_config_errors)
 {
     const tw t[] = {
@@ -384,50 +399,17 @@ START_TEST(test_find_config_errors)
         {"x.scales", "F32", 2, {1, 1}, two_s, 4},
         {"x.biases", "F32", 2, {1, 1}, two_b, 4},
     };
-    /* scales but no MLX section (another tool's quantization_config) */
-    const char *dir = temp_dir();
-    write_text(dir, "config.json",
-               "{\"quantization_config\": {\"quant_method\": \"awq\"}}");
-    write_model(dir, t, 3);
-    loom_checkpoint *c = open_ckpt(dir);
-    expect_find_fail(c, "x", 0, 0, LOOM_ERR_FORMAT, "'x.scales'");
-    loom_checkpoint_close(c);
-
-    /* a mode other than affine */
-    dir = temp_dir();
-    write_text(dir, "config.json",
-               "{\"quantization\": {\"group_size\": 32, \"bits\": 4, "
-               "\"mode\": \"mxfp4\"}}");
-    write_model(dir, t, 3);
-    c = open_ckpt(dir);
-    expect_find_fail(c, "x", 0, 0, LOOM_ERR_UNSUPPORTED, "mxfp4");
-    loom_checkpoint_close(c);
-
-    /* bits that are not an integer, a group size that is not positive */
-    dir = temp_dir();
-    write_text(dir, "config.json",
-               "{\"quantization\": {\"group_size\": 16, \"bits\": \"4\"}}");
-    write_model(dir, t, 3);
-    c = open_ckpt(dir);
-    expect_find_fail(c, "x", 0, 0, LOOM_ERR_FORMAT, "\"bits\"");
-    loom_checkpoint_close(c);
-    dir = temp_dir();
-    write_text(dir, "config.json",
-               "{\"quantization\": {\"group_size\": 0, \"bits\": 2}}");
-    write_model(dir, t, 3);
-    c = open_ckpt(dir);
-    expect_find_fail(c, "x", 0, 0, LOOM_ERR_FORMAT, "group_size");
-    loom_checkpoint_close(c);
-
-    /* quantization_config alone (no "quantization") is MLX's copy; 16 2-bit
-     * values do not fill groups of 64 */
-    dir = temp_dir();
-    write_text(dir, "config.json",
-               "{\"quantization_config\": {\"group_size\": 64, \"bits\": 2}}");
-    write_model(dir, t, 3);
-    c = open_ckpt(dir);
-    expect_find_fail(c, "x", 0, 0, LOOM_ERR_FORMAT, "group_size 64");
-    loom_checkpoint_close(c);
+    const char *dir = NULL;
+    for (size_t i = 0; i < sizeof config_refusals / sizeof *config_refusals;
+         i++) {
+        const struct config_refusal *r = &config_refusals[i];
+        dir = temp_dir();
+        write_text_in(dir, "config.json", r->config);
+        write_model(dir, t, 3);
+        loom_checkpoint *c = open_ckpt(dir);
+        expect_find_fail(c, "x", 0, 0, r->code, r->part);
+        loom_checkpoint_close(c);
+    }
 
     /* tensors not loaded yet */
     loom_checkpoint *c2 = NULL;

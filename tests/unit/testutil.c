@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <loom/platform.h>
 
@@ -65,4 +66,14 @@ const char *temp_dir(void)
         return NULL;
     }
     return b;
+}
+
+void write_text_in(const char *dir, const char *name, const char *text)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "cannot write %s", path);
+    ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
+    ck_assert_int_eq(fclose(f), 0);
 }

@@ -16,5 +16,7 @@ double rel_err(const float *got, const float *ref, size_t n);
 int run_suite(Suite *s);
 /* A fresh temporary directory (removed by the OS's tmp cleaning). */
 const char *temp_dir(void);
+/* Writes `text` to dir/name (the test fails when it cannot). */
+void write_text_in(const char *dir, const char *name, const char *text);
 
 #endif
