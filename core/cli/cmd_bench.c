@@ -26,7 +26,9 @@ static void help(FILE *out)
             "  decode_tok_s    tokens after that point / time after it (S "
             "rows a round)\n"
             "  implied_gbps    weight_bytes x decode rounds/s: each round "
-            "reads the weights once\n\n"
+            "reads the weights once\n"
+            "                  (weight_bytes: what the family says one decode "
+            "step reads,\n                  else the checkpoint's size)\n\n"
             "  --streams LIST      stream counts (default 1,8,32)\n"
             "  --prompt N          prompt tokens per stream (default 512)\n"
             "  --gen N             tokens generated per stream (default 128)\n"
@@ -63,8 +65,13 @@ static int on_event(void *user, const loom_lane_event *ev)
     return 0;
 }
 
+/* What one decode round reads: the family's own count when it gives one
+ * (the embedding table is then left out), else every tensor of the file. */
 static uint64_t weight_bytes(loom_engine *e)
 {
+    if (e->info.struct_size >= sizeof e->info &&
+        e->info.weight_bytes_per_token > 0)
+        return e->info.weight_bytes_per_token;
     const loom_st *st = loom_checkpoint_tensors(e->ckpt);
     uint64_t total = 0;
     for (size_t i = 0; st && i < loom_st_count(st); i++)

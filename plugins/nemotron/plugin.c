@@ -83,6 +83,30 @@ static loom_status LOOM_ABI nem_open(const loom_host *host,
     return LOOM_OK;
 }
 
+static uint64_t nbytes(const loom_weight *w)
+{
+    return w->data ? loom_weight_nbytes(w) : 0;
+}
+
+/* Weight bytes one decode step reads (loom_model_info's field): the head,
+ * not the embedding table; top_k of each MoE layer's experts. */
+static uint64_t nem_weight_bytes_per_token(const loom_model *m)
+{
+    const nem_geometry *g = &m->g;
+    uint64_t total = nbytes(&m->lm_head);
+    for (int32_t i = 0; i < g->n_layers; i++) {
+        const nem_layer *L = &m->layers[i];
+        const loom_weight *all[] = {&L->in_proj, &L->out_proj, &L->wq,
+                                    &L->wk,      &L->wv,       &L->wo,
+                                    &L->up,      &L->down,     &L->router};
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++)
+            total += nbytes(all[k]);
+        for (int32_t e = 0; L->ex_up && e < g->top_k && e < g->n_experts; e++)
+            total += nbytes(&L->ex_up[e]) + nbytes(&L->ex_down[e]);
+    }
+    return total;
+}
+
 static void LOOM_ABI nem_describe(const loom_model *m, loom_model_info *info)
 {
     const nem_geometry *g = &m->g;
@@ -100,6 +124,7 @@ static void LOOM_ABI nem_describe(const loom_model *m, loom_model_info *info)
     info->caps = LOOM_CAP_WINDOWS;
     info->device = LOOM_DEVICE_CPU;
     info->compute_dtype = LOOM_DTYPE_F32;
+    info->weight_bytes_per_token = nem_weight_bytes_per_token(m);
 }
 
 static const loom_family_i nem_family = {

@@ -108,4 +108,6 @@ void LOOM_ABI q35_describe(const loom_model *m, loom_model_info *info)
     info->caps = LOOM_CAP_WINDOWS | LOOM_CAP_TAPS;
     info->device = LOOM_DEVICE_CPU;
     info->compute_dtype = LOOM_DTYPE_F32;
+    info->weight_bytes_per_token =
+        q35_weight_bytes_per_token((q35_weights *)&m->w, &m->g);
 }

@@ -93,6 +93,9 @@ typedef struct q35_weights {
     const loom_host *host; /* for the accounting of `resident` */
 } q35_weights;
 
+/* Weight bytes one decode step reads (loom_model_info's field). */
+uint64_t q35_weight_bytes_per_token(q35_weights *w, const q35_geometry *g);
+
 /* Binds every tensor named by g, checking shapes. On failure nothing is
  * left allocated. */
 loom_status q35_weights_bind(const loom_host *host, const loom_checkpoint *ckpt,

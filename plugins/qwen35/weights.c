@@ -277,6 +277,32 @@ static int64_t q35_weight_list(q35_weights *w, const q35_geometry *g,
     return n;
 }
 
+uint64_t q35_weight_bytes_per_token(q35_weights *w, const q35_geometry *g)
+{
+    uint64_t total = 0;
+    int64_t n = q35_weight_list(w, g, NULL);
+    loom_weight **list = malloc(sizeof *list * (size_t)(n ? n : 1));
+    if (!list)
+        return 0;
+    q35_weight_list(w, g, list);
+    for (int64_t i = 0; i < n; i++)
+        total += loom_weight_nbytes(list[i]);
+    free(list);
+    /* the table gives one row per token unless it is also the head */
+    if (!g->tied)
+        total -= loom_weight_nbytes(&w->embed);
+    /* a token runs top_k of each MoE layer's experts */
+    for (int64_t i = 0; i < g->n_layers; i++) {
+        q35_layer *L = &w->layers[i];
+        for (int64_t e = 0; L->experts && e < g->n_experts; e++)
+            if (e >= g->top_k)
+                total -= loom_weight_nbytes(&L->experts[e].gate) +
+                         loom_weight_nbytes(&L->experts[e].up) +
+                         loom_weight_nbytes(&L->experts[e].down);
+    }
+    return total;
+}
+
 /* The most weight bytes copied into ordinary memory (see below). */
 #define Q35_RESIDENT_MAX ((size_t)8 << 30)
 

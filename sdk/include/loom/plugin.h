@@ -237,6 +237,17 @@ typedef struct loom_weight {
     const void *biases;
 } loom_weight;
 
+/* Bytes of a linear weight's data, plus scales and biases when quantized. */
+static inline uint64_t loom_weight_nbytes(const loom_weight *w)
+{
+    uint64_t es = w->dtype == LOOM_DTYPE_F32 ? 4 : 2;
+    if (w->bits == 0)
+        return (uint64_t)w->rows * (uint64_t)w->cols * es;
+    uint64_t ss = w->scale_dtype == LOOM_DTYPE_F32 ? 4 : 2;
+    return (uint64_t)w->rows * ((uint64_t)w->cols * (uint64_t)w->bits / 8) +
+           2 * (uint64_t)w->rows * (uint64_t)(w->cols / w->group_size) * ss;
+}
+
 /* ---------------------------------------------------------------- host */
 
 typedef enum loom_log_level {
@@ -413,6 +424,11 @@ typedef struct loom_model_info {
     uint32_t caps; /* loom_model_caps */
     int32_t device;
     loom_dtype compute_dtype;
+    /* Weight bytes one single-token decode step reads: every weight it
+     * multiplies by, the output head included, the embedding table not
+     * (one row of it is read). MoE layers count their shared weights, the
+     * router and top_k of their experts. 0 when the family does not say. */
+    uint64_t weight_bytes_per_token;
 } loom_model_info;
 
 /* ---------------------------------------------------------------- family */
