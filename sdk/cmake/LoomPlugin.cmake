@@ -12,7 +12,9 @@ function(loom_add_plugin name)
     PREFIX "lib"
     C_VISIBILITY_PRESET hidden
     LIBRARY_OUTPUT_DIRECTORY "${LOOM_PLUGIN_OUTPUT_DIR}")
+  # Relative, so `cmake --install --prefix P` puts it under P; loom searches
+  # the configured prefix's copy of this directory (LOOM_INSTALL_PLUGIN_DIR).
   if(DEFINED LOOM_INSTALL_PLUGIN_DIR)
-    install(TARGETS loom-${name} LIBRARY DESTINATION ${LOOM_INSTALL_PLUGIN_DIR})
+    install(TARGETS loom-${name} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/loom/plugins)
   endif()
 endfunction()
