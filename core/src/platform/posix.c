@@ -525,19 +525,32 @@ int loom_signals_wait(uint32_t ms)
 #define POLLRDHUP 0
 #endif
 
-loom_status loom_tcp_connect(const char *host, int port, loom_socket *out,
-                             loom_err *err)
+/* The stream addresses of host:port (passive: to bind), for the caller to
+ * free with freeaddrinfo. */
+static loom_status resolve(const char *host, int port, int passive,
+                           struct addrinfo **res, loom_err *err)
 {
-    struct addrinfo hints, *res = NULL;
+    struct addrinfo hints;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = passive ? AI_PASSIVE : 0;
     char service[16];
     snprintf(service, sizeof service, "%d", port);
-    int rc = getaddrinfo(host, service, &hints, &res);
+    int rc = getaddrinfo(host, service, &hints, res);
     if (rc != 0)
         return loom_err_set(err, LOOM_ERR_IO, "%s:%d: %s", host, port,
                             gai_strerror(rc));
+    return LOOM_OK;
+}
+
+loom_status loom_tcp_connect(const char *host, int port, loom_socket *out,
+                             loom_err *err)
+{
+    struct addrinfo *res = NULL;
+    loom_status st = resolve(host, port, 0, &res, err);
+    if (st != LOOM_OK)
+        return st;
     int fd = -1, last = 0;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
@@ -565,17 +578,10 @@ loom_status loom_tcp_connect(const char *host, int port, loom_socket *out,
 loom_status loom_tcp_listen(const char *host, int port, loom_socket *out,
                             int *bound_port, loom_err *err)
 {
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    char service[16];
-    snprintf(service, sizeof service, "%d", port);
-    int rc = getaddrinfo(host, service, &hints, &res);
-    if (rc != 0)
-        return loom_err_set(err, LOOM_ERR_IO, "%s:%d: %s", host, port,
-                            gai_strerror(rc));
+    struct addrinfo *res = NULL;
+    loom_status st = resolve(host, port, 1, &res, err);
+    if (st != LOOM_OK)
+        return st;
     int fd = -1, last = 0;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
