@@ -1,13 +1,11 @@
 /* Chat templates: parsing (chat_template_lex.c, chat_template_parse.c),
  * loading from tokenizer_config.json, and rendering with HF's variables
  * (the interpreter is chat_template_eval.c). */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <loom/platform.h>
-
 #include "chat_template_impl.h"
+#include "tokenizer_impl.h"
 
 loom_status loom_chat_template_parse(const char *source,
                                      loom_chat_template **out, loom_err *err)
@@ -87,22 +85,11 @@ loom_status loom_chat_template_load(const char *dir, loom_chat_template **out,
                                     loom_err *err)
 {
     char path[4096];
-    if (loom_dir_exists(dir))
-        snprintf(path, sizeof path, "%s%ctokenizer_config.json", dir,
-                 loom_path_sep());
-    else
-        snprintf(path, sizeof path, "%s", dir);
-    char *data = NULL;
-    size_t size = 0;
-    loom_status st = loom_read_file(path, &data, &size, err);
+    json_t *cfg = NULL;
+    loom_status st = loom__tok_read_json(dir, "tokenizer_config.json", 0, path,
+                                         sizeof path, &cfg, err);
     if (st != LOOM_OK)
         return st;
-    json_error_t je;
-    json_t *cfg = json_loadb(data, size, 0, &je);
-    free(data);
-    if (!cfg)
-        return loom_err_set(err, LOOM_ERR_FORMAT, "%s:%d:%d: %s", path, je.line,
-                            je.column, je.text);
     json_t *tpl = json_object_get(cfg, "chat_template");
     if (json_is_array(tpl)) {
         size_t i;

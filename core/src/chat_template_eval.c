@@ -118,8 +118,7 @@ static loom_status binop(ctx *c, const ct_node *n, json_t *a, json_t *b,
             ct_buf s = {0};
             loom__ct_sb_add(&s, json_string_value(x), json_string_length(x));
             loom__ct_sb_add(&s, json_string_value(y), json_string_length(y));
-            *out = s.oom ? NULL : json_stringn_nocheck(s.p ? s.p : "", s.n);
-            free(s.p);
+            *out = loom__ct_sb_take(&s);
         }
         json_decref(x);
         json_decref(y);
@@ -192,8 +191,7 @@ static loom_status binop(ctx *c, const ct_node *n, json_t *a, json_t *b,
         ct_buf s = {0};
         for (json_int_t i = 0; i < loom__ct_inum(b); i++)
             loom__ct_sb_add(&s, json_string_value(a), json_string_length(a));
-        *out = s.oom ? NULL : json_stringn_nocheck(s.p ? s.p : "", s.n);
-        free(s.p);
+        *out = loom__ct_sb_take(&s);
         return *out ? LOOM_OK : nomem(c);
     }
     if (!loom__ct_is_num(a) || !loom__ct_is_num(b))
@@ -315,6 +313,31 @@ static loom_status apply_test(ctx *c, const ct_node *n, json_t *v,
 static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
                                json_t **out);
 
+/* The loom__ct_change_case() mode of a method or filter NAME, or -1. */
+static int case_mode(const char *name)
+{
+    static const char *const modes[] = {"lower", "upper", "title",
+                                        "capitalize"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(name, modes[i]))
+            return i;
+    return -1;
+}
+
+/* A str's code points as a list of one-character strs. */
+static json_t *str_chars(json_t *v)
+{
+    json_t *l = json_array();
+    const char *s = json_string_value(v);
+    size_t len = json_string_length(v);
+    for (size_t i = 0; i < len;) {
+        size_t k = loom__ct_u8_len_at(s + i, len - i);
+        json_array_append_new(l, json_stringn_nocheck(s + i, k));
+        i += k;
+    }
+    return l;
+}
+
 /* Methods of str, dict and list values: obj.name(args). */
 static loom_status call_method(ctx *c, const ct_node *n, json_t *obj,
                                const char *m, json_t **args, size_t na,
@@ -361,11 +384,8 @@ static loom_status call_method(ctx *c, const ct_node *n, json_t *obj,
                                     na == 3 ? loom__ct_inum(args[2]) : -1);
             return *out ? LOOM_OK : nomem(c);
         }
-        if ((!strcmp(m, "upper") || !strcmp(m, "lower") ||
-             !strcmp(m, "title") || !strcmp(m, "capitalize")) &&
-            na == 0) {
-            int mode = m[0] == 'l' ? 0 : m[0] == 'u' ? 1 : m[0] == 't' ? 2 : 3;
-            *out = loom__ct_change_case(obj, mode);
+        if (case_mode(m) >= 0 && na == 0) {
+            *out = loom__ct_change_case(obj, case_mode(m));
             return *out ? LOOM_OK : nomem(c);
         }
         if (!strcmp(m, "find") && na == 1 && json_is_string(args[0])) {
@@ -394,8 +414,7 @@ static loom_status call_method(ctx *c, const ct_node *n, json_t *obj,
                                     json_string_length(xs));
                 json_decref(xs);
             }
-            *out = json_stringn_nocheck(b.p ? b.p : "", b.n);
-            free(b.p);
+            *out = loom__ct_sb_take(&b);
             return *out ? LOOM_OK : nomem(c);
         }
     } else if (json_is_object(obj)) {
@@ -425,6 +444,16 @@ static loom_status call_method(ctx *c, const ct_node *n, json_t *obj,
     return error(c, n, LOOM_ERR_UNSUPPORTED,
                  "the method %s.%s() is not supported", loom__ct_type_name(obj),
                  m);
+}
+
+/* Runs L with its output going into BODY instead of the page. */
+static loom_status exec_into(ctx *c, const ct_list *l, ct_buf *body)
+{
+    ct_buf *outer = c->out;
+    c->out = body;
+    loom_status st = exec_list(c, l);
+    c->out = outer;
+    return st;
 }
 
 static loom_status call_macro(ctx *c, const ct_node *n, const ct_node *mac,
@@ -460,23 +489,29 @@ static loom_status call_macro(ctx *c, const ct_node *n, const ct_node *mac,
             json_object_set_new(frame, mac->targets[i], v);
     }
     ct_buf body = {0};
-    ct_buf *outer = c->out;
-    c->out = &body;
     c->depth++;
     if (st == LOOM_OK)
-        st = exec_list(c, &mac->body);
+        st = exec_into(c, &mac->body, &body);
     c->depth--;
-    c->out = outer;
     pop_frame(c);
     c->n_frames = n_saved;
     memcpy(c->frames, saved, n_saved * sizeof *saved);
-    if (st == LOOM_OK) {
-        *out = body.oom ? NULL
-                        : json_stringn_nocheck(body.p ? body.p : "", body.n);
-        if (!*out)
-            st = nomem(c);
-    }
+    if (st == LOOM_OK && !(*out = loom__ct_sb_take(&body)))
+        st = nomem(c);
     free(body.p);
+    return st;
+}
+
+/* namespace(...) and dict(...): OBJ[name] = value for each name=value. */
+static loom_status set_kwargs(ctx *c, const ct_node *n, json_t *obj)
+{
+    loom_status st = LOOM_OK;
+    for (size_t i = 0; i < n->n_kw && st == LOOM_OK; i++) {
+        json_t *v = NULL;
+        st = ev(c, n->kwargs.v[i], &v);
+        if (st == LOOM_OK)
+            json_object_set_new(obj, n->kwnames[i], v ? v : json_null());
+    }
     return st;
 }
 
@@ -499,20 +534,10 @@ static loom_status ev_call(ctx *c, const ct_node *n, json_t **out)
         *out = json_object();
         if (na == 1 && json_is_object(args[0]))
             json_object_update(*out, args[0]);
-        for (size_t i = 0; i < n->n_kw && st == LOOM_OK; i++) {
-            json_t *v = NULL;
-            st = ev(c, n->kwargs.v[i], &v);
-            if (st == LOOM_OK)
-                json_object_set_new(*out, n->kwnames[i], v ? v : json_null());
-        }
+        st = set_kwargs(c, n, *out);
     } else if (f->kind == CT_NAME && !strcmp(f->name, "dict")) {
         *out = json_object();
-        for (size_t i = 0; i < n->n_kw && st == LOOM_OK; i++) {
-            json_t *v = NULL;
-            st = ev(c, n->kwargs.v[i], &v);
-            if (st == LOOM_OK)
-                json_object_set_new(*out, n->kwnames[i], v ? v : json_null());
-        }
+        st = set_kwargs(c, n, *out);
     } else if (f->kind == CT_NAME && !strcmp(f->name, "range") && na >= 1 &&
                na <= 3) {
         for (size_t i = 0; i < na; i++)
@@ -758,19 +783,16 @@ static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
         json_decref(ind);
         ct_buf b = {0};
         loom__ct_to_json(&b, v, indent, 0);
-        *out = b.oom ? NULL : json_stringn_nocheck(b.p ? b.p : "", b.n);
-        free(b.p);
+        *out = loom__ct_sb_take(&b);
     } else if (!strcmp(f, "trim") || !strcmp(f, "strip")) {
         json_t *s = loom__ct_str_of(v);
         *out = s ? loom__ct_strip(
                        s, na && json_is_string(args[0]) ? args[0] : NULL, 1, 1)
                  : NULL;
         json_decref(s);
-    } else if (!strcmp(f, "upper") || !strcmp(f, "lower") ||
-               !strcmp(f, "title") || !strcmp(f, "capitalize")) {
+    } else if (case_mode(f) >= 0) {
         json_t *s = loom__ct_str_of(v);
-        int mode = f[0] == 'l' ? 0 : f[0] == 'u' ? 1 : f[0] == 't' ? 2 : 3;
-        *out = s ? loom__ct_change_case(s, mode) : NULL;
+        *out = s ? loom__ct_change_case(s, case_mode(f)) : NULL;
         json_decref(s);
     } else if (!strcmp(f, "string")) {
         *out = loom__ct_str_of(v);
@@ -819,15 +841,7 @@ static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
         if (json_is_array(v)) {
             *out = json_copy(v);
         } else if (json_is_string(v)) {
-            json_t *l = json_array();
-            const char *s = json_string_value(v);
-            size_t len = json_string_length(v);
-            for (size_t i = 0; i < len;) {
-                size_t k = loom__ct_u8_len_at(s + i, len - i);
-                json_array_append_new(l, json_stringn_nocheck(s + i, k));
-                i += k;
-            }
-            *out = l;
+            *out = str_chars(v);
         } else if (json_is_object(v)) {
             st = call_method(c, n, v, "keys", NULL, 0, out);
         } else {
@@ -944,6 +958,16 @@ static loom_status assign(ctx *c, const ct_node *n, json_t *v)
     return LOOM_OK;
 }
 
+/* Binds the for loop N's target names to the item X. */
+static loom_status assign_targets(ctx *c, const ct_node *n, json_t *x)
+{
+    ct_node tgt = {.kind = CT_SET,
+                   .line = n->line,
+                   .targets = n->targets,
+                   .n_targets = n->n_targets};
+    return assign(c, &tgt, x);
+}
+
 static loom_status exec_for(ctx *c, const ct_node *n)
 {
     json_t *seq = NULL;
@@ -956,15 +980,7 @@ static loom_status exec_for(ctx *c, const ct_node *n)
     } else if (json_is_object(seq)) {
         st = call_method(c, n, seq, "keys", NULL, 0, &items);
     } else if (json_is_string(seq)) {
-        json_t *empty = json_array();
-        const char *s = json_string_value(seq);
-        size_t len = json_string_length(seq);
-        for (size_t i = 0; i < len;) {
-            size_t k = loom__ct_u8_len_at(s + i, len - i);
-            json_array_append_new(empty, json_stringn_nocheck(s + i, k));
-            i += k;
-        }
-        items = empty;
+        items = str_chars(seq);
     } else if (!seq) {
         items = json_array(); /* Jinja's Undefined iterates as empty */
     } else {
@@ -987,11 +1003,7 @@ static loom_status exec_for(ctx *c, const ct_node *n)
         json_t *x;
         json_array_foreach(items, i, x)
         {
-            ct_node tgt = {.kind = CT_SET,
-                           .line = n->line,
-                           .targets = n->targets,
-                           .n_targets = n->n_targets};
-            st = assign(c, &tgt, x);
+            st = assign_targets(c, n, x);
             json_t *r = NULL;
             if (st == LOOM_OK)
                 st = ev(c, n->b, &r);
@@ -1007,11 +1019,7 @@ static loom_status exec_for(ctx *c, const ct_node *n)
     size_t len = json_array_size(items);
     for (size_t i = 0; i < len && st == LOOM_OK; i++) {
         json_t *x = json_array_get(items, i);
-        ct_node tgt = {.kind = CT_SET,
-                       .line = n->line,
-                       .targets = n->targets,
-                       .n_targets = n->n_targets};
-        st = assign(c, &tgt, x);
+        st = assign_targets(c, n, x);
         if (st != LOOM_OK)
             break;
         json_t *loop = json_pack(
@@ -1068,10 +1076,7 @@ static loom_status exec(ctx *c, const ct_node *n)
             st = ev(c, n->a, &v);
         } else {
             ct_buf body = {0};
-            ct_buf *outer = c->out;
-            c->out = &body;
-            st = exec_list(c, &n->body);
-            c->out = outer;
+            st = exec_into(c, &n->body, &body);
             if (st == LOOM_OK)
                 v = json_stringn_nocheck(body.p ? body.p : "", body.n);
             free(body.p);

@@ -118,6 +118,9 @@ typedef struct ct_buf {
 } ct_buf;
 void loom__ct_sb_add(ct_buf *b, const char *s, size_t len);
 void loom__ct_sb_str(ct_buf *b, const char *s);
+/* The buffer's text as a new string (NULL when it ran out of memory); the
+ * buffer is freed and left empty. */
+json_t *loom__ct_sb_take(ct_buf *b);
 const char *loom__ct_type_name(json_t *v); /* Python's name; NULL: undefined */
 int loom__ct_truthy(json_t *v);
 int loom__ct_is_num(json_t *v); /* int, float or bool */

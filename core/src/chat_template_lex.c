@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "chat_template_impl.h"
+#include "tokenizer_impl.h" /* loom__utf8_encode */
 
 typedef struct lexer {
     const char *src;
@@ -22,6 +23,11 @@ static loom_status lex_fail(lexer *lx, const char *fmt, const char *what)
     snprintf(msg, sizeof msg, fmt, what);
     return loom_err_set(lx->err, LOOM_ERR_FORMAT, "chat template line %d: %s",
                         lx->line, msg);
+}
+
+static loom_status lex_nomem(lexer *lx)
+{
+    return loom_err_set(lx->err, LOOM_ERR_NOMEM, "out of memory");
 }
 
 static int push(lexer *lx, tk_type type, const char *s, size_t len, int line)
@@ -57,6 +63,17 @@ static void advance_to(lexer *lx, size_t to)
             lx->line++;
 }
 
+/* A TYPE token of the K bytes at the cursor (with their text when
+ * WITH_TEXT), then past them. */
+static loom_status take(lexer *lx, tk_type type, size_t k, int with_text)
+{
+    if (!push(lx, type, with_text ? lx->src + lx->pos : NULL, with_text ? k : 0,
+              lx->line))
+        return lex_nomem(lx);
+    advance_to(lx, lx->pos + k);
+    return LOOM_OK;
+}
+
 /* A string literal at lx->pos (Python escapes). */
 static loom_status lex_string(lexer *lx)
 {
@@ -64,7 +81,7 @@ static loom_status lex_string(lexer *lx)
     int line = lx->line;
     char *buf = malloc(lx->len - lx->pos + 1);
     if (!buf)
-        return loom_err_set(lx->err, LOOM_ERR_NOMEM, "out of memory");
+        return lex_nomem(lx);
     size_t n = 0, p = lx->pos + 1;
     while (p < lx->len && lx->src[p] != q) {
         char c = lx->src[p++];
@@ -73,68 +90,35 @@ static loom_status lex_string(lexer *lx)
             continue;
         }
         c = lx->src[p++];
-        switch (c) {
-        case 'n':
-            buf[n++] = '\n';
-            break;
-        case 't':
-            buf[n++] = '\t';
-            break;
-        case 'r':
-            buf[n++] = '\r';
-            break;
-        case '0':
-            buf[n++] = '\0';
-            break;
-        case 'b':
-            buf[n++] = '\b';
-            break;
-        case 'f':
-            buf[n++] = '\f';
-            break;
-        case '\\':
-        case '\'':
-        case '"':
-            buf[n++] = c;
-            break;
-        case 'x':
-        case 'u':
-        case 'U': {
-            int digits = c == 'x' ? 2 : c == 'u' ? 4 : 8;
-            uint32_t cp = 0;
-            for (int k = 0; k < digits; k++, p++) {
-                char h = p < lx->len ? lx->src[p] : 0;
-                if (!isxdigit((unsigned char)h)) {
-                    free(buf);
-                    return lex_fail(lx, "bad \\%s escape in a string", "x/u");
-                }
-                cp = cp * 16 +
-                     (uint32_t)(isdigit((unsigned char)h)
-                                    ? h - '0'
-                                    : tolower((unsigned char)h) - 'a' + 10);
-            }
-            /* UTF-8 of cp (at most 4 bytes; the escape took >= 4). */
-            if (cp < 0x80) {
-                buf[n++] = (char)cp;
-            } else if (cp < 0x800) {
-                buf[n++] = (char)(0xC0 | (cp >> 6));
-                buf[n++] = (char)(0x80 | (cp & 0x3F));
-            } else if (cp < 0x10000) {
-                buf[n++] = (char)(0xE0 | (cp >> 12));
-                buf[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-                buf[n++] = (char)(0x80 | (cp & 0x3F));
-            } else {
-                buf[n++] = (char)(0xF0 | (cp >> 18));
-                buf[n++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-                buf[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-                buf[n++] = (char)(0x80 | (cp & 0x3F));
-            }
-            break;
+        /* The one-letter escapes, and the characters they stand for. */
+        static const char letter[] = "ntr0bf\\'\"";
+        static const char value[] = "\n\t\r\0\b\f\\'\"";
+        const char *k = c ? strchr(letter, c) : NULL;
+        if (k) {
+            buf[n++] = value[k - letter];
+            continue;
         }
-        default: /* Python keeps unknown escapes as they are */
+        if (c != 'x' && c != 'u' && c != 'U') {
+            /* Python keeps unknown escapes as they are */
             buf[n++] = '\\';
             buf[n++] = c;
+            continue;
         }
+        int digits = c == 'x' ? 2 : c == 'u' ? 4 : 8;
+        uint32_t cp = 0;
+        for (int d = 0; d < digits; d++, p++) {
+            char h = p < lx->len ? lx->src[p] : 0;
+            if (!isxdigit((unsigned char)h)) {
+                free(buf);
+                return lex_fail(lx, "bad \\%s escape in a string", "x/u");
+            }
+            cp = cp * 16 +
+                 (uint32_t)(isdigit((unsigned char)h)
+                                ? h - '0'
+                                : tolower((unsigned char)h) - 'a' + 10);
+        }
+        /* At most 4 bytes of UTF-8, and the escape took >= 4. */
+        n += loom__utf8_encode(cp, buf + n);
     }
     if (p >= lx->len) {
         free(buf);
@@ -143,7 +127,7 @@ static loom_status lex_string(lexer *lx)
     int ok = push(lx, TK_STRING, buf, n, line);
     free(buf);
     if (!ok)
-        return loom_err_set(lx->err, LOOM_ERR_NOMEM, "out of memory");
+        return lex_nomem(lx);
     advance_to(lx, p + 1);
     return LOOM_OK;
 }
@@ -170,21 +154,10 @@ static loom_status lex_tag(lexer *lx, int block, int *strip_after, int *plus)
                 !strncmp(p + 1, end, 2)) {
                 *strip_after = p[0] == '-';
                 *plus = p[0] == '+';
-                advance_to(lx, lx->pos + 3);
-                return push(lx, block ? TK_BLOCK_END : TK_VAR_END, NULL, 0,
-                            lx->line)
-                           ? LOOM_OK
-                           : loom_err_set(lx->err, LOOM_ERR_NOMEM,
-                                          "out of memory");
+                return take(lx, block ? TK_BLOCK_END : TK_VAR_END, 3, 0);
             }
-            if (left >= 2 && !strncmp(p, end, 2)) {
-                advance_to(lx, lx->pos + 2);
-                return push(lx, block ? TK_BLOCK_END : TK_VAR_END, NULL, 0,
-                            lx->line)
-                           ? LOOM_OK
-                           : loom_err_set(lx->err, LOOM_ERR_NOMEM,
-                                          "out of memory");
-            }
+            if (left >= 2 && !strncmp(p, end, 2))
+                return take(lx, block ? TK_BLOCK_END : TK_VAR_END, 2, 0);
         }
         if (p[0] == '\'' || p[0] == '"') {
             loom_status st = lex_string(lx);
@@ -196,9 +169,9 @@ static loom_status lex_tag(lexer *lx, int block, int *strip_after, int *plus)
             size_t k = 1;
             while (k < left && (isalnum((unsigned char)p[k]) || p[k] == '_'))
                 k++;
-            if (!push(lx, TK_NAME, p, k, lx->line))
-                return loom_err_set(lx->err, LOOM_ERR_NOMEM, "out of memory");
-            advance_to(lx, lx->pos + k);
+            loom_status st = take(lx, TK_NAME, k, 1);
+            if (st != LOOM_OK)
+                return st;
             continue;
         }
         if (isdigit((unsigned char)p[0])) {
@@ -231,7 +204,7 @@ static loom_status lex_tag(lexer *lx, int block, int *strip_after, int *plus)
                     num[m++] = p[q];
             num[m] = '\0';
             if (!push(lx, is_float ? TK_FLOAT : TK_INT, NULL, 0, lx->line))
-                return loom_err_set(lx->err, LOOM_ERR_NOMEM, "out of memory");
+                return lex_nomem(lx);
             lx->v[lx->n - 1].i = strtoll(num, NULL, 10);
             lx->v[lx->n - 1].f = strtod(num, NULL);
             advance_to(lx, lx->pos + k);
@@ -245,10 +218,9 @@ static loom_status lex_tag(lexer *lx, int block, int *strip_after, int *plus)
                     depth++;
                 if (strchr(")]}", p[0]) && k == 1 && depth > 0)
                     depth--;
-                if (!push(lx, TK_OP, p, k, lx->line))
-                    return loom_err_set(lx->err, LOOM_ERR_NOMEM,
-                                        "out of memory");
-                advance_to(lx, lx->pos + k);
+                loom_status st = take(lx, TK_OP, k, 1);
+                if (st != LOOM_OK)
+                    return st;
                 found = 1;
                 break;
             }
@@ -297,7 +269,7 @@ static loom_status lex(lexer *lx)
             }
         }
         if (tlen && !push(lx, TK_TEXT, text, tlen, text_line))
-            return loom_err_set(lx->err, LOOM_ERR_NOMEM, "out of memory");
+            return lex_nomem(lx);
         advance_to(lx, tstart);
         if (!tag)
             break;
@@ -318,7 +290,7 @@ static loom_status lex(lexer *lx)
             block = tag[1] == '%';
             if (!push(lx, block ? TK_BLOCK_BEGIN : TK_VAR_BEGIN, NULL, 0,
                       lx->line))
-                return loom_err_set(lx->err, LOOM_ERR_NOMEM, "out of memory");
+                return lex_nomem(lx);
             size_t skip = tstart + 2 < lx->len &&
                                   (tag[2] == '-' || (block && tag[2] == '+'))
                               ? 3
@@ -342,9 +314,7 @@ static loom_status lex(lexer *lx)
             line_starting = 1;
         }
     }
-    return push(lx, TK_EOF, NULL, 0, lx->line)
-               ? LOOM_OK
-               : loom_err_set(lx->err, LOOM_ERR_NOMEM, "out of memory");
+    return push(lx, TK_EOF, NULL, 0, lx->line) ? LOOM_OK : lex_nomem(lx);
 }
 
 loom_status loom__ct_lex(const char *src, size_t len, tk **out, size_t *n,

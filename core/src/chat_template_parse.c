@@ -57,6 +57,11 @@ static void *fail(parser *p, loom_status code, const char *fmt,
     return NULL;
 }
 
+static void *oom(parser *p)
+{
+    return fail(p, LOOM_ERR_NOMEM, "out of memory%s", "");
+}
+
 static const char *tk_desc(tk *t)
 {
     switch (t->type) {
@@ -73,14 +78,21 @@ static const char *tk_desc(tk *t)
     }
 }
 
+/* Fails with "expected WHAT, found <the current token>". */
+static int expected(parser *p, const char *what)
+{
+    char msg[96];
+    snprintf(msg, sizeof msg, "expected %s, found %s", what, tk_desc(cur(p)));
+    fail(p, LOOM_ERR_FORMAT, "%s", msg);
+    return 0;
+}
+
 static int expect_op(parser *p, const char *op)
 {
     if (!is_op(p, op)) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "expected '%s', found %s", op,
-                 tk_desc(cur(p)));
-        fail(p, LOOM_ERR_FORMAT, "%s", msg);
-        return 0;
+        char what[16];
+        snprintf(what, sizeof what, "'%s'", op);
+        return expected(p, what);
     }
     p->i++;
     return 1;
@@ -88,13 +100,8 @@ static int expect_op(parser *p, const char *op)
 
 static int expect(parser *p, tk_type type, const char *what)
 {
-    if (cur(p)->type != type) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "expected %s, found %s", what,
-                 tk_desc(cur(p)));
-        fail(p, LOOM_ERR_FORMAT, "%s", msg);
-        return 0;
-    }
+    if (cur(p)->type != type)
+        return expected(p, what);
     p->i++;
     return 1;
 }
@@ -103,7 +110,7 @@ static ct_node *node(parser *p, ct_kind kind)
 {
     ct_node *n = calloc(1, sizeof *n);
     if (!n)
-        return fail(p, LOOM_ERR_NOMEM, "out of memory%s", "");
+        return oom(p);
     n->kind = kind;
     n->line = cur(p)->line;
     return n;
@@ -149,7 +156,7 @@ static int list_add(parser *p, ct_list *l, ct_node *n)
         ct_node **v = realloc(l->v, cap * sizeof *v);
         if (!v) {
             free_node(n);
-            fail(p, LOOM_ERR_NOMEM, "out of memory%s", "");
+            oom(p);
             return 0;
         }
         l->v = v;
@@ -167,7 +174,7 @@ static int add_str(parser *p, char ***v, size_t *n, const char *s)
         if (g)
             *v = g;
         free(d);
-        fail(p, LOOM_ERR_NOMEM, "out of memory%s", "");
+        oom(p);
         return 0;
     }
     *v = g;
@@ -175,8 +182,73 @@ static int add_str(parser *p, char ***v, size_t *n, const char *s)
     return 1;
 }
 
+/* A new KIND node over operand A; on failure A is freed. */
+static ct_node *wrap(parser *p, ct_kind kind, ct_node *a)
+{
+    ct_node *n = node(p, kind);
+    if (!n) {
+        free_node(a);
+        return NULL;
+    }
+    n->a = a;
+    return n;
+}
+
+/* wrap() for the nodes that carry a NAME (attribute, filter). */
+static ct_node *wrap_named(parser *p, ct_kind kind, ct_node *a,
+                           const char *name)
+{
+    ct_node *n = node(p, kind);
+    if (!n || !(n->name = loom__ct_strdup(name))) {
+        free(n);
+        free_node(a);
+        return oom(p);
+    }
+    n->a = a;
+    return n;
+}
+
 static ct_node *parse_expr(parser *p, int with_cond);
 static ct_node *parse_unary(parser *p, int with_filter);
+static int parse_args(parser *p, ct_node *n);
+
+/* The call FN(args) at '('; on failure FN is freed. */
+static ct_node *parse_call(parser *p, ct_node *fn)
+{
+    p->i++;
+    ct_node *c = wrap(p, CT_CALL, fn);
+    if (c && !parse_args(p, c)) {
+        free_node(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* After FIRST and a ',': the rest of a tuple "FIRST, x, y", as a CT_LIST
+ * node. A ',' before CLOSE (when set) ends it. On failure FIRST is freed. */
+static ct_node *parse_tuple(parser *p, ct_node *first, const char *close)
+{
+    ct_node *t = node(p, CT_LIST);
+    if (!t) {
+        free_node(first);
+        return NULL;
+    }
+    if (!list_add(p, &t->args, first)) {
+        free_node(t);
+        return NULL;
+    }
+    while (is_op(p, ",")) {
+        p->i++;
+        if (close && is_op(p, close))
+            break;
+        ct_node *x = parse_expr(p, 1);
+        if (!x || !list_add(p, &t->args, x)) {
+            free_node(t);
+            return NULL;
+        }
+    }
+    return t;
+}
 
 static ct_node *lit(parser *p, json_t *v)
 {
@@ -184,7 +256,7 @@ static ct_node *lit(parser *p, json_t *v)
     if (!n || !v) {
         json_decref(v);
         free(n);
-        return fail(p, LOOM_ERR_NOMEM, "out of memory%s", "");
+        return oom(p);
     }
     n->lit = v;
     return n;
@@ -233,7 +305,7 @@ static ct_node *parse_primary(parser *p)
         ct_node *n = node(p, CT_NAME);
         if (n && !(n->name = loom__ct_strdup(t->s))) {
             free(n);
-            return fail(p, LOOM_ERR_NOMEM, "out of memory%s", "");
+            return oom(p);
         }
         return n;
     }
@@ -244,7 +316,7 @@ static ct_node *parse_primary(parser *p)
             total += p->v[k++].len;
         char *buf = malloc(total + 1);
         if (!buf)
-            return fail(p, LOOM_ERR_NOMEM, "out of memory%s", "");
+            return oom(p);
         size_t o = 0;
         while (p->i < k) {
             memcpy(buf + o, p->v[p->i].s, p->v[p->i].len);
@@ -264,7 +336,6 @@ static ct_node *parse_primary(parser *p)
     }
     if (is_op(p, "(")) {
         p->i++;
-        ct_node *tuple = NULL;
         if (is_op(p, ")")) {
             p->i++;
             return node(p, CT_LIST);
@@ -272,24 +343,8 @@ static ct_node *parse_primary(parser *p)
         ct_node *e = parse_expr(p, 1);
         if (!e)
             return NULL;
-        if (is_op(p, ",")) {
-            tuple = node(p, CT_LIST);
-            if (!tuple || !list_add(p, &tuple->args, e)) {
-                free_node(tuple);
-                return NULL;
-            }
-            while (is_op(p, ",")) {
-                p->i++;
-                if (is_op(p, ")"))
-                    break;
-                ct_node *x = parse_expr(p, 1);
-                if (!x || !list_add(p, &tuple->args, x)) {
-                    free_node(tuple);
-                    return NULL;
-                }
-            }
-            e = tuple;
-        }
+        if (is_op(p, ",") && !(e = parse_tuple(p, e, ")")))
+            return NULL;
         if (!expect_op(p, ")")) {
             free_node(e);
             return NULL;
@@ -341,26 +396,17 @@ static ct_node *parse_postfix(parser *p, ct_node *n)
                 return fail(p, LOOM_ERR_FORMAT, "%s",
                             "expected an attribute name after '.'");
             }
-            ct_node *a = node(p, CT_ATTR);
             char num[32];
             snprintf(num, sizeof num, "%lld", (long long)t->i);
-            if (!a ||
-                !(a->name = loom__ct_strdup(t->type == TK_NAME ? t->s : num))) {
-                free(a);
-                free_node(n);
-                return fail(p, LOOM_ERR_NOMEM, "out of memory%s", "");
-            }
+            n = wrap_named(p, CT_ATTR, n, t->type == TK_NAME ? t->s : num);
+            if (!n)
+                return NULL;
             p->i++;
-            a->a = n;
-            n = a;
         } else if (is_op(p, "[")) {
             p->i++;
-            ct_node *s = node(p, CT_ITEM);
-            if (!s) {
-                free_node(n);
+            ct_node *s = wrap(p, CT_ITEM, n);
+            if (!s)
                 return NULL;
-            }
-            s->a = n;
             n = s;
             if (!is_op(p, ":") && !(s->b = parse_expr(p, 1))) {
                 free_node(n);
@@ -392,18 +438,7 @@ static ct_node *parse_postfix(parser *p, ct_node *n)
                 return NULL;
             }
         } else if (is_op(p, "(")) {
-            p->i++;
-            ct_node *c = node(p, CT_CALL);
-            if (!c) {
-                free_node(n);
-                return NULL;
-            }
-            c->a = n;
-            n = c;
-            if (!parse_args(p, c)) {
-                free_node(n);
-                return NULL;
-            }
+            n = parse_call(p, n);
         } else {
             break;
         }
@@ -436,30 +471,22 @@ static ct_node *parse_filters(parser *p, ct_node *n)
                 return fail(p, LOOM_ERR_FORMAT, "%s",
                             "expected a filter name after '|'");
             }
-            ct_node *f = node(p, CT_FILTER);
-            if (!f || !(f->name = loom__ct_strdup(cur(p)->s))) {
-                free(f);
-                free_node(n);
-                return fail(p, LOOM_ERR_NOMEM, "out of memory%s", "");
-            }
+            n = wrap_named(p, CT_FILTER, n, cur(p)->s);
+            if (!n)
+                return NULL;
             p->i++;
-            f->a = n;
-            n = f;
             if (is_op(p, "(")) {
                 p->i++;
-                if (!parse_args(p, f)) {
+                if (!parse_args(p, n)) {
                     free_node(n);
                     return NULL;
                 }
             }
         } else if (is_name(p, "is")) {
             p->i++;
-            ct_node *t = node(p, CT_TEST);
-            if (!t) {
-                free_node(n);
+            ct_node *t = wrap(p, CT_TEST, n);
+            if (!t)
                 return NULL;
-            }
-            t->a = n;
             n = t;
             if (is_name(p, "not")) {
                 t->neg = 1;
@@ -472,7 +499,7 @@ static ct_node *parse_filters(parser *p, ct_node *n)
             }
             if (!(t->name = loom__ct_strdup(cur(p)->s))) {
                 free_node(n);
-                return fail(p, LOOM_ERR_NOMEM, "out of memory%s", "");
+                return oom(p);
             }
             p->i++;
             if (is_op(p, "(")) {
@@ -489,18 +516,7 @@ static ct_node *parse_filters(parser *p, ct_node *n)
                 }
             }
         } else if (is_op(p, "(")) {
-            p->i++;
-            ct_node *c = node(p, CT_CALL);
-            if (!c) {
-                free_node(n);
-                return NULL;
-            }
-            c->a = n;
-            n = c;
-            if (!parse_args(p, c)) {
-                free_node(n);
-                return NULL;
-            }
+            n = parse_call(p, n);
         } else {
             break;
         }
@@ -517,16 +533,7 @@ static ct_node *parse_unary(parser *p, int with_filter)
         ct_node *x = parse_unary(p, 0);
         if (!x)
             return NULL;
-        if (!neg) {
-            n = x;
-        } else {
-            n = node(p, CT_NEG);
-            if (!n) {
-                free_node(x);
-                return NULL;
-            }
-            n->a = x;
-        }
+        n = neg ? wrap(p, CT_NEG, x) : x;
     } else {
         n = parse_postfix(p, parse_primary(p));
     }
@@ -627,15 +634,7 @@ static ct_node *parse_not(parser *p)
     if (is_name(p, "not")) {
         p->i++;
         ct_node *x = parse_not(p);
-        if (!x)
-            return NULL;
-        ct_node *n = node(p, CT_NOT);
-        if (!n) {
-            free_node(x);
-            return NULL;
-        }
-        n->a = x;
-        return n;
+        return x ? wrap(p, CT_NOT, x) : NULL;
     }
     return parse_compare(p);
 }
@@ -704,6 +703,20 @@ static int end_of_block(parser *p)
     return expect(p, TK_BLOCK_END, "'%}'");
 }
 
+/* The end tag whose name parse_body() stopped at, and its '%}'. */
+static int end_tag(parser *p)
+{
+    p->i++;
+    return end_of_block(p);
+}
+
+/* The '%}' that opens a body, the body, and its end tag {% END %}. */
+static int body_until(parser *p, ct_list *out, const char *end)
+{
+    const char *const ends[] = {end, NULL};
+    return end_of_block(p) && parse_body(p, out, ends) && end_tag(p);
+}
+
 static ct_node *parse_if(parser *p)
 {
     ct_node *n = node(p, CT_IF);
@@ -719,22 +732,35 @@ static ct_node *parse_if(parser *p)
         return n; /* the nested if consumed endif */
     }
     if (is_name(p, "else")) {
-        static const char *const end[] = {"endif", NULL};
         p->i++;
-        if (!end_of_block(p) || !parse_body(p, &n->orelse, end))
+        if (!body_until(p, &n->orelse, "endif"))
             goto bad;
+        return n;
     }
     if (!is_name(p, "endif")) {
         fail(p, LOOM_ERR_FORMAT, "%s", "expected endif");
         goto bad;
     }
-    p->i++;
-    if (!end_of_block(p))
+    if (!end_tag(p))
         goto bad;
     return n;
 bad:
     free_node(n);
     return NULL;
+}
+
+/* The NAME token at the cursor, appended to N's targets (loop variables,
+ * set targets, macro parameters); WHAT is the message when it is absent. */
+static int take_target(parser *p, ct_node *n, const char *what)
+{
+    if (cur(p)->type != TK_NAME) {
+        fail(p, LOOM_ERR_FORMAT, "%s", what);
+        return 0;
+    }
+    if (!add_str(p, &n->targets, &n->n_targets, cur(p)->s))
+        return 0;
+    p->i++;
+    return 1;
 }
 
 static ct_node *parse_for(parser *p)
@@ -745,13 +771,8 @@ static ct_node *parse_for(parser *p)
     do {
         if (n->n_targets)
             p->i++;
-        if (cur(p)->type != TK_NAME) {
-            fail(p, LOOM_ERR_FORMAT, "%s", "expected a loop variable");
+        if (!take_target(p, n, "expected a loop variable"))
             goto bad;
-        }
-        if (!add_str(p, &n->targets, &n->n_targets, cur(p)->s))
-            goto bad;
-        p->i++;
     } while (is_op(p, ","));
     if (!is_name(p, "in")) {
         fail(p, LOOM_ERR_FORMAT, "%s", "expected 'in' in a for loop");
@@ -774,14 +795,12 @@ static ct_node *parse_for(parser *p)
     if (!end_of_block(p) || !parse_body(p, &n->body, ends))
         goto bad;
     if (is_name(p, "else")) {
-        static const char *const end[] = {"endfor", NULL};
         p->i++;
-        if (!end_of_block(p) || !parse_body(p, &n->orelse, end))
+        if (!body_until(p, &n->orelse, "endfor"))
             goto bad;
-    }
-    p->i++; /* endfor */
-    if (!end_of_block(p))
+    } else if (!end_tag(p)) {
         goto bad;
+    }
     return n;
 bad:
     free_node(n);
@@ -793,13 +812,8 @@ static ct_node *parse_set(parser *p)
     ct_node *n = node(p, CT_SET);
     if (!n)
         return NULL;
-    if (cur(p)->type != TK_NAME) {
-        fail(p, LOOM_ERR_FORMAT, "%s", "expected a name after set");
+    if (!take_target(p, n, "expected a name after set"))
         goto bad;
-    }
-    if (!add_str(p, &n->targets, &n->n_targets, cur(p)->s))
-        goto bad;
-    p->i++;
     if (is_op(p, ".")) {
         p->i++;
         if (cur(p)->type != TK_NAME ||
@@ -811,13 +825,8 @@ static ct_node *parse_set(parser *p)
     } else {
         while (is_op(p, ",")) {
             p->i++;
-            if (cur(p)->type != TK_NAME) {
-                fail(p, LOOM_ERR_FORMAT, "%s", "expected a name after ','");
+            if (!take_target(p, n, "expected a name after ','"))
                 goto bad;
-            }
-            if (!add_str(p, &n->targets, &n->n_targets, cur(p)->s))
-                goto bad;
-            p->i++;
         }
     }
     if (is_op(p, "=")) {
@@ -825,32 +834,15 @@ static ct_node *parse_set(parser *p)
         ct_node *e = parse_expr(p, 1);
         if (!e)
             goto bad;
-        if (is_op(p, ",")) { /* set a, b = x, y */
-            ct_node *t = node(p, CT_LIST);
-            if (!t || !list_add(p, &t->args, e)) {
-                free_node(t);
-                goto bad;
-            }
-            e = t;
-            while (is_op(p, ",")) {
-                p->i++;
-                ct_node *x = parse_expr(p, 1);
-                if (!x || !list_add(p, &e->args, x)) {
-                    free_node(e);
-                    goto bad;
-                }
-            }
-        }
+        /* set a, b = x, y */
+        if (is_op(p, ",") && !(e = parse_tuple(p, e, NULL)))
+            goto bad;
         n->a = e;
         if (!end_of_block(p))
             goto bad;
         return n;
     }
-    static const char *const ends[] = {"endset", NULL};
-    if (!end_of_block(p) || !parse_body(p, &n->body, ends))
-        goto bad;
-    p->i++;
-    if (!end_of_block(p))
+    if (!body_until(p, &n->body, "endset"))
         goto bad;
     return n;
 bad:
@@ -871,13 +863,8 @@ static ct_node *parse_macro(parser *p)
     if (!expect_op(p, "("))
         goto bad;
     while (!is_op(p, ")")) {
-        if (cur(p)->type != TK_NAME) {
-            fail(p, LOOM_ERR_FORMAT, "%s", "expected a parameter name");
+        if (!take_target(p, n, "expected a parameter name"))
             goto bad;
-        }
-        if (!add_str(p, &n->targets, &n->n_targets, cur(p)->s))
-            goto bad;
-        p->i++;
         ct_node *def = NULL;
         if (is_op(p, "=")) {
             p->i++;
@@ -890,12 +877,7 @@ static ct_node *parse_macro(parser *p)
             break;
         p->i++;
     }
-    static const char *const ends[] = {"endmacro", NULL};
-    if (!expect_op(p, ")") || !end_of_block(p) ||
-        !parse_body(p, &n->body, ends))
-        goto bad;
-    p->i++;
-    if (!end_of_block(p))
+    if (!expect_op(p, ")") || !body_until(p, &n->body, "endmacro"))
         goto bad;
     return n;
 bad:
@@ -913,7 +895,7 @@ static ct_node *parse_stmt(parser *p)
         n->name = malloc(t->len + 1);
         if (!n->name) {
             free(n);
-            return fail(p, LOOM_ERR_NOMEM, "out of memory%s", "");
+            return oom(p);
         }
         memcpy(n->name, t->s, t->len + 1);
         n->name_len = t->len;
@@ -956,14 +938,8 @@ static ct_node *parse_stmt(parser *p)
     }
     if (!strcmp(t->s, "generation")) {
         /* HF's marker of assistant text: rendered as its body. */
-        static const char *const ends[] = {"endgeneration", NULL};
         ct_node *n = node(p, CT_BLOCK);
-        if (!n || !end_of_block(p) || !parse_body(p, &n->body, ends)) {
-            free_node(n);
-            return NULL;
-        }
-        p->i++;
-        if (!end_of_block(p)) {
+        if (!n || !body_until(p, &n->body, "endgeneration")) {
             free_node(n);
             return NULL;
         }

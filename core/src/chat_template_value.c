@@ -34,6 +34,14 @@ void loom__ct_sb_str(ct_buf *b, const char *s)
     loom__ct_sb_add(b, s, strlen(s));
 }
 
+json_t *loom__ct_sb_take(ct_buf *b)
+{
+    json_t *s = b->oom ? NULL : json_stringn_nocheck(b->p ? b->p : "", b->n);
+    free(b->p);
+    memset(b, 0, sizeof *b);
+    return s;
+}
+
 /* ------------------------------------------------------------- values */
 
 const char *loom__ct_type_name(json_t *v)
@@ -166,42 +174,36 @@ static void py_float(double d, char *out, size_t size)
 #undef PUT
 }
 
+/* An int or a float as both str() and json.dumps spell it. */
+static void put_number(ct_buf *b, json_t *v)
+{
+    char tmp[64];
+    if (json_is_integer(v))
+        snprintf(tmp, sizeof tmp, "%lld", (long long)json_integer_value(v));
+    else
+        py_float(json_real_value(v), tmp, sizeof tmp);
+    loom__ct_sb_str(b, tmp);
+}
+
 /* JSON text as Python's json.dumps(ensure_ascii=False) writes it. */
 static void json_str(ct_buf *b, const char *s, size_t len)
 {
     loom__ct_sb_add(b, "\"", 1);
+    /* The characters with a short escape, and the letter after '\\'. */
+    static const char plain[] = "\"\\\n\r\t\b\f", letter[] = "\"\\nrtbf";
     for (size_t i = 0; i < len; i++) {
         unsigned char ch = (unsigned char)s[i];
+        const char *k = ch ? strchr(plain, ch) : NULL;
         char esc[8];
-        switch (ch) {
-        case '"':
-            loom__ct_sb_add(b, "\\\"", 2);
-            break;
-        case '\\':
-            loom__ct_sb_add(b, "\\\\", 2);
-            break;
-        case '\n':
-            loom__ct_sb_add(b, "\\n", 2);
-            break;
-        case '\r':
-            loom__ct_sb_add(b, "\\r", 2);
-            break;
-        case '\t':
-            loom__ct_sb_add(b, "\\t", 2);
-            break;
-        case '\b':
-            loom__ct_sb_add(b, "\\b", 2);
-            break;
-        case '\f':
-            loom__ct_sb_add(b, "\\f", 2);
-            break;
-        default:
-            if (ch < 0x20) {
-                snprintf(esc, sizeof esc, "\\u%04x", ch);
-                loom__ct_sb_add(b, esc, 6);
-            } else {
-                loom__ct_sb_add(b, (const char *)&ch, 1);
-            }
+        if (k) {
+            esc[0] = '\\';
+            esc[1] = letter[k - plain];
+            loom__ct_sb_add(b, esc, 2);
+        } else if (ch < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", ch);
+            loom__ct_sb_add(b, esc, 6);
+        } else {
+            loom__ct_sb_add(b, (const char *)&ch, 1);
         }
     }
     loom__ct_sb_add(b, "\"", 1);
@@ -214,21 +216,34 @@ static void indent_to(ct_buf *b, int indent, int level)
         loom__ct_sb_add(b, " ", 1);
 }
 
+/* What json.dumps writes before an item of a list or dict at LEVEL. */
+static void item_start(ct_buf *b, int first, int indent, int level)
+{
+    if (!first)
+        loom__ct_sb_str(b, indent >= 0 ? "," : ", ");
+    if (indent >= 0)
+        indent_to(b, indent, level + 1);
+}
+
+/* ... and what it writes to close a list or dict of N items. */
+static void close_items(ct_buf *b, size_t n, int indent, int level,
+                        const char *close)
+{
+    if (indent >= 0 && n)
+        indent_to(b, indent, level);
+    loom__ct_sb_str(b, close);
+}
+
 void loom__ct_to_json(ct_buf *b, json_t *v, int indent, int level)
 {
-    char tmp[64];
     if (!v || json_is_null(v)) {
         loom__ct_sb_str(b, "null");
     } else if (json_is_true(v)) {
         loom__ct_sb_str(b, "true");
     } else if (json_is_false(v)) {
         loom__ct_sb_str(b, "false");
-    } else if (json_is_integer(v)) {
-        snprintf(tmp, sizeof tmp, "%lld", (long long)json_integer_value(v));
-        loom__ct_sb_str(b, tmp);
-    } else if (json_is_real(v)) {
-        py_float(json_real_value(v), tmp, sizeof tmp);
-        loom__ct_sb_str(b, tmp);
+    } else if (json_is_number(v)) {
+        put_number(b, v);
     } else if (json_is_string(v)) {
         json_str(b, json_string_value(v), json_string_length(v));
     } else if (json_is_array(v)) {
@@ -237,15 +252,10 @@ void loom__ct_to_json(ct_buf *b, json_t *v, int indent, int level)
         json_t *x;
         json_array_foreach(v, i, x)
         {
-            if (i)
-                loom__ct_sb_str(b, indent >= 0 ? "," : ", ");
-            if (indent >= 0)
-                indent_to(b, indent, level + 1);
+            item_start(b, i == 0, indent, level);
             loom__ct_to_json(b, x, indent, level + 1);
         }
-        if (indent >= 0 && json_array_size(v))
-            indent_to(b, indent, level);
-        loom__ct_sb_str(b, "]");
+        close_items(b, json_array_size(v), indent, level, "]");
     } else {
         loom__ct_sb_str(b, "{");
         const char *k;
@@ -253,25 +263,19 @@ void loom__ct_to_json(ct_buf *b, json_t *v, int indent, int level)
         int first = 1;
         json_object_foreach(v, k, x)
         {
-            if (!first)
-                loom__ct_sb_str(b, indent >= 0 ? "," : ", ");
+            item_start(b, first, indent, level);
             first = 0;
-            if (indent >= 0)
-                indent_to(b, indent, level + 1);
             json_str(b, k, strlen(k));
             loom__ct_sb_str(b, ": ");
             loom__ct_to_json(b, x, indent, level + 1);
         }
-        if (indent >= 0 && json_object_size(v))
-            indent_to(b, indent, level);
-        loom__ct_sb_str(b, "}");
+        close_items(b, json_object_size(v), indent, level, "}");
     }
 }
 
 /* Python's str() of a value (repr for the strings inside containers). */
 void loom__ct_py_str(ct_buf *b, json_t *v, int top)
 {
-    char tmp[64];
     if (!v)
         return; /* undefined prints as nothing */
     switch (json_typeof(v)) {
@@ -285,12 +289,8 @@ void loom__ct_py_str(ct_buf *b, json_t *v, int top)
         loom__ct_sb_str(b, "False");
         break;
     case JSON_INTEGER:
-        snprintf(tmp, sizeof tmp, "%lld", (long long)json_integer_value(v));
-        loom__ct_sb_str(b, tmp);
-        break;
     case JSON_REAL:
-        py_float(json_real_value(v), tmp, sizeof tmp);
-        loom__ct_sb_str(b, tmp);
+        put_number(b, v);
         break;
     case JSON_STRING: {
         const char *s = json_string_value(v);
@@ -359,9 +359,7 @@ json_t *loom__ct_str_of(json_t *v)
         return json_incref(v);
     ct_buf b = {0};
     loom__ct_py_str(&b, v, 1);
-    json_t *s = b.oom ? NULL : json_stringn_nocheck(b.p ? b.p : "", b.n);
-    free(b.p);
-    return s;
+    return loom__ct_sb_take(&b);
 }
 
 int loom__ct_equal(json_t *a, json_t *b)
@@ -423,6 +421,15 @@ static int u8_is_space(const char *s, size_t len, size_t *k)
     return 0;
 }
 
+/* Start of the code point that ends at END, not before LO. */
+static size_t u8_prev(const char *s, size_t lo, size_t end)
+{
+    size_t st = end - 1;
+    while (st > lo && ((unsigned char)s[st] & 0xC0) == 0x80)
+        st--;
+    return st;
+}
+
 size_t loom__ct_u8_len_at(const char *s, size_t len)
 {
     size_t k = 1;
@@ -458,9 +465,7 @@ json_t *loom__ct_strip(json_t *v, json_t *chars, int left, int right)
             a += k;
     if (right) {
         while (b > a) {
-            size_t st = b - 1;
-            while (st > a && ((unsigned char)s[st] & 0xC0) == 0x80)
-                st--;
+            size_t st = u8_prev(s, a, b);
             if (!strip_match(s + st, b - st, chars, &k) || st + k != b)
                 break;
             b = st;
@@ -487,9 +492,7 @@ json_t *loom__ct_split(json_t *v, json_t *sep, json_int_t maxsplit)
             if (maxsplit >= 0 && (json_int_t)json_array_size(out) == maxsplit) {
                 size_t e = len;
                 while (e > st) {
-                    size_t p = e - 1;
-                    while (p > st && ((unsigned char)s[p] & 0xC0) == 0x80)
-                        p--;
+                    size_t p = u8_prev(s, st, e);
                     if (!u8_is_space(s + p, e - p, &k))
                         break;
                     e = p;
@@ -541,9 +544,7 @@ json_t *loom__ct_replace(json_t *v, json_t *from, json_t *to, json_int_t count)
             i++;
         }
     }
-    json_t *r = b.oom ? NULL : json_stringn_nocheck(b.p ? b.p : "", b.n);
-    free(b.p);
-    return r;
+    return loom__ct_sb_take(&b);
 }
 
 json_t *loom__ct_change_case(json_t *v, int mode)
@@ -611,11 +612,7 @@ json_t *loom__ct_slice(json_t *v, json_t *a, json_t *b, json_t *step)
             json_array_append(out, json_array_get(v, (size_t)i));
         }
     }
-    if (is_str) {
-        out = sb.oom ? NULL : json_stringn_nocheck(sb.p ? sb.p : "", sb.n);
-        free(sb.p);
-    }
-    return out;
+    return is_str ? loom__ct_sb_take(&sb) : out;
 }
 
 json_t *loom__ct_item(json_t *v, json_t *k)

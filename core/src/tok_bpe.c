@@ -46,6 +46,29 @@ uint64_t loom__tok_hash(const void *data, size_t len)
 
 /* ------------------------------------------------------------ string map */
 
+/* The string map and the word cache probe the same way: open addressing
+ * with linear probing over CAP (a power of two) slots, NULL keys free. */
+
+/* The slot that holds KEY, or the free slot where it would go. */
+static size_t str_slot(const char *const *keys, const uint32_t *klen,
+                       size_t cap, const char *key, size_t len)
+{
+    size_t j = loom__tok_hash(key, len) & (cap - 1);
+    while (keys[j] && !(klen[j] == len && memcmp(keys[j], key, len) == 0))
+        j = (j + 1) & (cap - 1);
+    return j;
+}
+
+/* The free slot for KEY, known to be absent (rehashing, inserting). */
+static size_t free_slot(const char *const *keys, size_t cap, const char *key,
+                        size_t len)
+{
+    size_t j = loom__tok_hash(key, len) & (cap - 1);
+    while (keys[j])
+        j = (j + 1) & (cap - 1);
+    return j;
+}
+
 static loom_status strmap_grow_to(tok_strmap *m, size_t cap, loom_err *err)
 {
     tok_strmap n = {0};
@@ -60,9 +83,7 @@ static loom_status strmap_grow_to(tok_strmap *m, size_t cap, loom_err *err)
     for (size_t i = 0; i < m->cap; i++) {
         if (!m->key[i])
             continue;
-        size_t j = loom__tok_hash(m->key[i], m->klen[i]) & (cap - 1);
-        while (n.key[j])
-            j = (j + 1) & (cap - 1);
+        size_t j = free_slot(n.key, cap, m->key[i], m->klen[i]);
         n.key[j] = m->key[i];
         n.klen[j] = m->klen[i];
         n.val[j] = m->val[i];
@@ -94,13 +115,10 @@ loom_status loom__tok_strmap_put(tok_strmap *m, const char *key, size_t len,
         if (st != LOOM_OK)
             return st;
     }
-    size_t j = loom__tok_hash(key, len) & (m->cap - 1);
-    while (m->key[j]) {
-        if (m->klen[j] == len && memcmp(m->key[j], key, len) == 0) {
-            m->val[j] = val;
-            return LOOM_OK;
-        }
-        j = (j + 1) & (m->cap - 1);
+    size_t j = str_slot(m->key, m->klen, m->cap, key, len);
+    if (m->key[j]) {
+        m->val[j] = val;
+        return LOOM_OK;
     }
     m->key[j] = key;
     m->klen[j] = (uint32_t)len;
@@ -113,13 +131,8 @@ int32_t loom__tok_strmap_get(const tok_strmap *m, const char *key, size_t len)
 {
     if (!m->cap)
         return -1;
-    size_t j = loom__tok_hash(key, len) & (m->cap - 1);
-    while (m->key[j]) {
-        if (m->klen[j] == len && memcmp(m->key[j], key, len) == 0)
-            return m->val[j];
-        j = (j + 1) & (m->cap - 1);
-    }
-    return -1;
+    size_t j = str_slot(m->key, m->klen, m->cap, key, len);
+    return m->key[j] ? m->val[j] : -1;
 }
 
 void loom__tok_strmap_free(tok_strmap *m)
@@ -215,14 +228,21 @@ tok_cache *loom__tok_cache_new(void)
     return calloc(1, sizeof(tok_cache));
 }
 
+/* The cache's four slot arrays (parallel, one entry a slot). */
+static void free_slots(const char **key, uint32_t *klen, uint32_t *off,
+                       uint32_t *cnt)
+{
+    free(key);
+    free(klen);
+    free(off);
+    free(cnt);
+}
+
 void loom__tok_cache_free(tok_cache *c)
 {
     if (!c)
         return;
-    free(c->key);
-    free(c->klen);
-    free(c->off);
-    free(c->cnt);
+    free_slots(c->key, c->klen, c->off, c->cnt);
     free(c->pool.v);
     free(c);
 }
@@ -235,27 +255,19 @@ static int cache_grow(tok_cache *c)
     uint32_t *off = malloc(cap * sizeof *off);
     uint32_t *cnt = malloc(cap * sizeof *cnt);
     if (!key || !klen || !off || !cnt) {
-        free(key);
-        free(klen);
-        free(off);
-        free(cnt);
+        free_slots(key, klen, off, cnt);
         return 0;
     }
     for (size_t i = 0; i < c->cap; i++) {
         if (!c->key[i])
             continue;
-        size_t j = loom__tok_hash(c->key[i], c->klen[i]) & (cap - 1);
-        while (key[j])
-            j = (j + 1) & (cap - 1);
+        size_t j = free_slot(key, cap, c->key[i], c->klen[i]);
         key[j] = c->key[i];
         klen[j] = c->klen[i];
         off[j] = c->off[i];
         cnt[j] = c->cnt[i];
     }
-    free(c->key);
-    free(c->klen);
-    free(c->off);
-    free(c->cnt);
+    free_slots(c->key, c->klen, c->off, c->cnt);
     c->key = key;
     c->klen = klen;
     c->off = off;
@@ -419,21 +431,15 @@ loom_status loom__tok_bpe_word(tok_enc *e, const char *s, size_t len)
     if (!c || len > TOK_CACHE_MAX_WORD)
         return bpe_merge(tok, s, len, &e->out, e->err);
 
-    size_t j = 0;
-    if (c->cap) {
-        j = loom__tok_hash(s, len) & (c->cap - 1);
-        while (c->key[j]) {
-            if (c->klen[j] == len && memcmp(c->key[j], s, len) == 0) {
-                for (uint32_t k = 0; k < c->cnt[j]; k++) {
-                    loom_status st = loom__tok_ids_push(
-                        &e->out, c->pool.v[c->off[j] + k], e->err);
-                    if (st != LOOM_OK)
-                        return st;
-                }
-                return LOOM_OK;
-            }
-            j = (j + 1) & (c->cap - 1);
+    size_t j = c->cap ? str_slot(c->key, c->klen, c->cap, s, len) : 0;
+    if (c->cap && c->key[j]) {
+        for (uint32_t k = 0; k < c->cnt[j]; k++) {
+            loom_status st =
+                loom__tok_ids_push(&e->out, c->pool.v[c->off[j] + k], e->err);
+            if (st != LOOM_OK)
+                return st;
         }
+        return LOOM_OK;
     }
     size_t before = e->out.n;
     loom_status st = bpe_merge(tok, s, len, &e->out, e->err);
@@ -443,9 +449,7 @@ loom_status loom__tok_bpe_word(tok_enc *e, const char *s, size_t len)
         if (!cache_grow(c))
             return LOOM_OK; /* the cache is an optimization only */
     }
-    j = loom__tok_hash(s, len) & (c->cap - 1);
-    while (c->key[j])
-        j = (j + 1) & (c->cap - 1);
+    j = free_slot(c->key, c->cap, s, len);
     size_t off = c->pool.n;
     for (size_t k = before; k < e->out.n; k++) {
         if (loom__tok_ids_push(&c->pool, e->out.v[k], NULL) != LOOM_OK) {

@@ -6,6 +6,45 @@
 
 #include "tokenizer_impl.h"
 
+typedef loom_status (*load_fn)(loom_tokenizer *tok, json_t *node,
+                               loom_err *err);
+
+/* A Sequence NODE of WHAT (normalizer, pre_tokenizer): each step in its
+ * array KEY, loaded with ONE. */
+static loom_status load_sequence(loom_tokenizer *tok, json_t *node,
+                                 const char *what, const char *key, load_fn one,
+                                 loom_err *err)
+{
+    json_t *list = json_object_get(node, key);
+    if (!json_is_array(list))
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "tokenizer.json: %s Sequence without a \"%s\" "
+                            "array",
+                            what, key);
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v)
+    {
+        loom_status st = one(tok, v, err);
+        if (st != LOOM_OK)
+            return st;
+    }
+    return LOOM_OK;
+}
+
+/* The "normalizer" or "pre_tokenizer" object KEY of tokenizer.json, loaded
+ * with ONE; absent or null: none. */
+static loom_status load_top(loom_tokenizer *tok, json_t *node, const char *key,
+                            load_fn one, loom_err *err)
+{
+    if (!node || json_is_null(node))
+        return LOOM_OK;
+    if (!json_is_object(node))
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "tokenizer.json: \"%s\" is not an object", key);
+    return one(tok, node, err);
+}
+
 /* ---------------------------------------------------------- normalizers */
 
 static loom_status load_norm_one(loom_tokenizer *tok, json_t *node,
@@ -15,22 +54,9 @@ static loom_status load_norm_one(loom_tokenizer *tok, json_t *node,
     if (!type)
         return loom_err_set(err, LOOM_ERR_FORMAT,
                             "tokenizer.json: normalizer without a \"type\"");
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *list = json_object_get(node, "normalizers");
-        if (!json_is_array(list))
-            return loom_err_set(err, LOOM_ERR_FORMAT,
-                                "tokenizer.json: normalizer Sequence without "
-                                "a \"normalizers\" array");
-        size_t i;
-        json_t *v;
-        json_array_foreach(list, i, v)
-        {
-            loom_status st = load_norm_one(tok, v, err);
-            if (st != LOOM_OK)
-                return st;
-        }
-        return LOOM_OK;
-    }
+    if (strcmp(type, "Sequence") == 0)
+        return load_sequence(tok, node, "normalizer", "normalizers",
+                             load_norm_one, err);
     static const struct {
         const char *name;
         tok_norm_kind kind;
@@ -58,12 +84,7 @@ static loom_status load_norm_one(loom_tokenizer *tok, json_t *node,
 loom_status loom__tok_load_normalizer(loom_tokenizer *tok, json_t *node,
                                       loom_err *err)
 {
-    if (!node || json_is_null(node))
-        return LOOM_OK;
-    if (!json_is_object(node))
-        return loom_err_set(err, LOOM_ERR_FORMAT,
-                            "tokenizer.json: \"normalizer\" is not an object");
-    return load_norm_one(tok, node, err);
+    return load_top(tok, node, "normalizer", load_norm_one, err);
 }
 
 static loom_status lowercase(const char *s, size_t len, char **out,
@@ -317,22 +338,9 @@ static loom_status load_pre_one(loom_tokenizer *tok, json_t *node,
         return loom_err_set(err, LOOM_ERR_FORMAT,
                             "tokenizer.json: pre_tokenizer without a "
                             "\"type\"");
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *list = json_object_get(node, "pretokenizers");
-        if (!json_is_array(list))
-            return loom_err_set(err, LOOM_ERR_FORMAT,
-                                "tokenizer.json: pre_tokenizer Sequence "
-                                "without a \"pretokenizers\" array");
-        size_t i;
-        json_t *v;
-        json_array_foreach(list, i, v)
-        {
-            loom_status st = load_pre_one(tok, v, err);
-            if (st != LOOM_OK)
-                return st;
-        }
-        return LOOM_OK;
-    }
+    if (strcmp(type, "Sequence") == 0)
+        return load_sequence(tok, node, "pre_tokenizer", "pretokenizers",
+                             load_pre_one, err);
     if (strcmp(type, "Split") == 0)
         return load_split(tok, node, err);
     if (strcmp(type, "ByteLevel") == 0) {
@@ -371,13 +379,7 @@ static loom_status load_pre_one(loom_tokenizer *tok, json_t *node,
 loom_status loom__tok_load_pretokenizer(loom_tokenizer *tok, json_t *node,
                                         loom_err *err)
 {
-    if (!node || json_is_null(node))
-        return LOOM_OK;
-    if (!json_is_object(node))
-        return loom_err_set(err, LOOM_ERR_FORMAT,
-                            "tokenizer.json: \"pre_tokenizer\" is not an "
-                            "object");
-    return load_pre_one(tok, node, err);
+    return load_top(tok, node, "pre_tokenizer", load_pre_one, err);
 }
 
 void loom__tok_free_pretokenizers(loom_tokenizer *tok)

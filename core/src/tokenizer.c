@@ -420,26 +420,37 @@ static loom_status build(loom_tokenizer *tok, json_t *root, loom_err *err)
     return index_added(tok, err);
 }
 
+loom_status loom__tok_read_json(const char *dir, const char *name, size_t flags,
+                                char *path, size_t path_size, json_t **out,
+                                loom_err *err)
+{
+    if (loom_dir_exists(dir))
+        snprintf(path, path_size, "%s%c%s", dir, loom_path_sep(), name);
+    else
+        snprintf(path, path_size, "%s", dir);
+    char *data = NULL;
+    size_t size = 0;
+    loom_status st = loom_read_file(path, &data, &size, err);
+    if (st != LOOM_OK)
+        return st;
+    json_error_t jerr;
+    *out = json_loadb(data, size, flags, &jerr);
+    free(data);
+    if (!*out)
+        return loom_err_set(err, LOOM_ERR_FORMAT, "%s:%d:%d: %s", path,
+                            jerr.line, jerr.column, jerr.text);
+    return LOOM_OK;
+}
+
 loom_status loom_tokenizer_open(const char *path, loom_tokenizer **out,
                                 loom_err *err)
 {
     char file[4096];
-    if (loom_dir_exists(path))
-        snprintf(file, sizeof file, "%s%ctokenizer.json", path,
-                 loom_path_sep());
-    else
-        snprintf(file, sizeof file, "%s", path);
-    char *data = NULL;
-    size_t size = 0;
-    loom_status st = loom_read_file(file, &data, &size, err);
+    json_t *root = NULL;
+    loom_status st = loom__tok_read_json(path, "tokenizer.json", JSON_ALLOW_NUL,
+                                         file, sizeof file, &root, err);
     if (st != LOOM_OK)
         return st;
-    json_error_t jerr;
-    json_t *root = json_loadb(data, size, JSON_ALLOW_NUL, &jerr);
-    free(data);
-    if (!root)
-        return loom_err_set(err, LOOM_ERR_FORMAT, "%s:%d:%d: %s", file,
-                            jerr.line, jerr.column, jerr.text);
     loom_tokenizer *tok = calloc(1, sizeof *tok);
     if (!tok) {
         json_decref(root);

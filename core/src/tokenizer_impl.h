@@ -180,4 +180,12 @@ loom_status loom__tok_load_pretokenizer(loom_tokenizer *tok, json_t *node,
                                         loom_err *err);
 void loom__tok_free_pretokenizers(loom_tokenizer *tok);
 
+/* ---- JSON files (tokenizer.c; chat_template.c reads its config with it) */
+/* Parses the file NAME in DIR, or DIR itself when it is not a directory,
+ * with json_loadb FLAGS. PATH gets the file's path for the caller's
+ * messages; errors name it (and the JSON line and column). */
+loom_status loom__tok_read_json(const char *dir, const char *name, size_t flags,
+                                char *path, size_t path_size, json_t **out,
+                                loom_err *err);
+
 #endif
