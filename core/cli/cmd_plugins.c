@@ -40,16 +40,14 @@ int loom_cmd_plugins(int argc, char **argv)
             json = 1;
             continue;
         }
-        int r = loom_cli_model_opt(&o, argc, argv, &i);
-        if (r < 0)
-            return 2;
-        if (r == 0 || strcmp(argv[i], "--plugin-path") != 0) {
-            if (r == 0) {
-                fprintf(stderr, "loom plugins: unknown option '%s'\n", argv[i]);
-                help(stderr);
+        if (!strcmp(argv[i], "--plugin-path")) {
+            if (loom_cli_model_opt(&o, argc, argv, &i) < 0)
                 return 2;
-            }
+            continue;
         }
+        fprintf(stderr, "loom plugins: unknown option '%s'\n", argv[i]);
+        help(stderr);
+        return 2;
     }
     loom_host_state hs;
     loom_host_init(&hs, NULL);

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include <loom/platform.h>
 
+#include "names.h"
+
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -175,11 +177,6 @@ int loom_file_is_shared(const char *path)
     return (st.st_mode & (S_IRWXG | S_IRWXO)) != 0;
 }
 
-static int cmp_names(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 loom_status loom_dir_list(const char *dir,
                           void (*fn)(void *ctx, const char *name), void *ctx,
                           loom_err *err)
@@ -189,41 +186,20 @@ loom_status loom_dir_list(const char *dir,
         return loom_err_set(err,
                             errno == ENOENT ? LOOM_ERR_NOT_FOUND : LOOM_ERR_IO,
                             "%s: %s", dir, strerror(errno));
-    char **names = NULL;
-    size_t n = 0, cap = 0;
+    loom__names names = {0};
     loom_status rc = LOOM_OK;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 16;
-            char **nn = realloc(names, nc * sizeof *nn);
-            if (!nn) {
-                rc =
-                    loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory", dir);
-                break;
-            }
-            names = nn;
-            cap = nc;
-        }
-        names[n] = strdup(e->d_name);
-        if (!names[n]) {
-            rc = loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory", dir);
+        rc = loom__names_add(&names, e->d_name, dir, err);
+        if (rc != LOOM_OK)
             break;
-        }
-        n++;
     }
     closedir(d);
-    if (rc == LOOM_OK) {
-        if (n)
-            qsort(names, n, sizeof *names, cmp_names);
-        for (size_t i = 0; i < n; i++)
-            fn(ctx, names[i]);
-    }
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
+    if (rc == LOOM_OK)
+        loom__names_each(&names, fn, ctx);
+    loom__names_free(&names);
     return rc;
 }
 

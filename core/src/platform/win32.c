@@ -3,6 +3,8 @@
 #define WIN32_LEAN_AND_MEAN
 #include <loom/platform.h>
 
+#include "names.h"
+
 #include <windows.h>
 #include <winsock2.h>
 #include <ws2tcpip.h>
@@ -239,11 +241,6 @@ int loom_file_is_shared(const char *path)
     return 0;
 }
 
-static int cmp_names(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 loom_status loom_dir_list(const char *dir,
                           void (*fn)(void *ctx, const char *name), void *ctx,
                           loom_err *err)
@@ -258,41 +255,21 @@ loom_status loom_dir_list(const char *dir,
     free(w);
     if (h == INVALID_HANDLE_VALUE)
         return loom_err_set(err, LOOM_ERR_NOT_FOUND, "%s: cannot list", dir);
-    char **names = NULL;
-    size_t n = 0, cap = 0;
+    loom__names names = {0};
     loom_status rc = LOOM_OK;
     do {
         char name[1024];
         narrow(fd.cFileName, name, sizeof name);
         if (!strcmp(name, ".") || !strcmp(name, ".."))
             continue;
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 16;
-            char **nn = realloc(names, nc * sizeof *nn);
-            if (!nn) {
-                rc = loom_err_set(err, LOOM_ERR_NOMEM, "out of memory");
-                break;
-            }
-            names = nn;
-            cap = nc;
-        }
-        names[n] = _strdup(name);
-        if (!names[n]) {
-            rc = loom_err_set(err, LOOM_ERR_NOMEM, "out of memory");
+        rc = loom__names_add(&names, name, dir, err);
+        if (rc != LOOM_OK)
             break;
-        }
-        n++;
     } while (FindNextFileW(h, &fd));
     FindClose(h);
-    if (rc == LOOM_OK) {
-        if (n)
-            qsort(names, n, sizeof *names, cmp_names);
-        for (size_t i = 0; i < n; i++)
-            fn(ctx, names[i]);
-    }
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
+    if (rc == LOOM_OK)
+        loom__names_each(&names, fn, ctx);
+    loom__names_free(&names);
     return rc;
 }
 
