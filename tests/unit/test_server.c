@@ -15,7 +15,7 @@
 #include <loom/sha256.h>
 #include <loom/tokenizer.h>
 
-#include "../../core/src/server_impl.h"
+#include "../../core/src/server/server_impl.h"
 
 /* ---------------------------------------------------------------- client */
 
