@@ -19,7 +19,9 @@
  * rebuilt from the snapshot and the logged inputs (copies, so exact); K/V and
  * the length are truncated. The snapshot costs one SSM state per Mamba layer,
  * allocated on a cache's first window. A forward that arrives while a window
- * is pending keeps the whole window (an implicit commit of every row). */
+ * is pending keeps the whole window (an implicit commit of every row). The
+ * SDK's loom_window (loom/window.h) keeps the pending count, the buffers
+ * and what commit(kept) must do; this file lays out what goes in them. */
 #include "nemotron.h"
 
 #include <loom/cpu_ssm.h>
@@ -35,6 +37,12 @@ static size_t tail_floats(const nem_geometry *g)
 static size_t ssm_floats(const nem_geometry *g)
 {
     return (size_t)g->m_heads * (size_t)g->m_head_dim * (size_t)g->ssm_state;
+}
+
+/* floats per Mamba slot in one window log row: in, xbc, dt */
+static size_t log_floats(const nem_geometry *g)
+{
+    return 2 * (size_t)g->conv_dim + (size_t)g->m_heads;
 }
 
 uint64_t nem_cache_bytes_fixed(const nem_geometry *g)
@@ -69,6 +77,10 @@ loom_status LOOM_ABI nem_cache_new(loom_model *m, loom_cache **out,
     }
     for (int i = 0; i < g->n_attn; i++)
         loom_cpu_kv_init(&c->kv[i], (int64_t)g->n_kv_heads * g->head_dim);
+    loom_window_init(&c->win, "nemotron", LOOM_WINDOW_RESTART,
+                     (size_t)g->n_mamba * (tail_floats(g) + ssm_floats(g)) *
+                         sizeof(float),
+                     (size_t)g->n_mamba * log_floats(g) * sizeof(float));
     m->host->account(m->host, "nemotron cache",
                      (int64_t)nem_cache_bytes_fixed(g));
     *out = c;
@@ -92,7 +104,7 @@ void LOOM_ABI nem_cache_reset(loom_model *m, loom_cache *c)
     for (int i = 0; i < g->n_attn; i++)
         loom_cpu_kv_truncate(&c->kv[i], 0);
     c->len = 0;
-    c->n_spec = 0;
+    loom_window_reset(&c->win);
 }
 
 void LOOM_ABI nem_cache_free(loom_model *m, loom_cache *c)
@@ -107,12 +119,8 @@ void LOOM_ABI nem_cache_free(loom_model *m, loom_cache *c)
             accounted = accounted && s->tail && s->ssm;
             free(s->tail);
             free(s->ssm);
-            free(s->snap_tail);
-            free(s->snap_ssm);
-            free(s->log_in);
-            free(s->log_xbc);
-            free(s->log_dt);
         }
+    loom_window_free(&c->win);
     if (c->kv)
         for (int i = 0; i < g->n_attn; i++)
             loom_cpu_kv_free(&c->kv[i]);
@@ -124,47 +132,38 @@ void LOOM_ABI nem_cache_free(loom_model *m, loom_cache *c)
     free(c);
 }
 
-/* realloc that leaves *p untouched on failure */
-static int grow(float **p, size_t n)
+int64_t nem_cache_len(const loom_cache *c)
 {
-    float *q = realloc(*p, n * sizeof(float));
-    if (!q)
-        return 0;
-    *p = q;
-    return 1;
+    return c->len;
 }
 
-loom_status nem_cache_reserve(loom_model *m, loom_cache *c, int64_t n_new,
-                              int32_t n_spec, loom_err *err)
+float *nem_cache_snap_tail(const nem_geometry *g, loom_cache *c, int slot)
+{
+    return (float *)c->win.snapshot +
+           (size_t)slot * (tail_floats(g) + ssm_floats(g));
+}
+
+float *nem_cache_snap_ssm(const nem_geometry *g, loom_cache *c, int slot)
+{
+    return nem_cache_snap_tail(g, c, slot) + tail_floats(g);
+}
+
+float *nem_cache_log(const nem_geometry *g, loom_cache *c, int32_t i, int slot)
+{
+    return (float *)loom_window_row(&c->win, i) + (size_t)slot * log_floats(g);
+}
+
+loom_status nem_cache_reserve(loom_model *m, const loom_plan_stream *s,
+                              loom_err *err)
 {
     const nem_geometry *g = &m->g;
+    loom_cache *c = s->cache;
     for (int i = 0; i < g->n_attn; i++) {
-        loom_status rc = loom_cpu_kv_reserve(&c->kv[i], c->len + n_new, err);
+        loom_status rc = loom_cpu_kv_reserve(&c->kv[i], c->len + s->count, err);
         if (rc != LOOM_OK)
             return rc;
     }
-    if (n_spec <= 0 || g->n_mamba == 0)
-        return LOOM_OK;
-    for (int i = 0; i < g->n_mamba; i++) {
-        nem_mamba_state *s = &c->mamba[i];
-        if (!c->has_snapshot && (!grow(&s->snap_tail, tail_floats(g) + 1) ||
-                                 !grow(&s->snap_ssm, ssm_floats(g))))
-            goto nomem;
-        if (n_spec > c->spec_cap &&
-            (!grow(&s->log_in, (size_t)n_spec * g->conv_dim) ||
-             !grow(&s->log_xbc, (size_t)n_spec * g->conv_dim) ||
-             !grow(&s->log_dt, (size_t)n_spec * g->m_heads)))
-            goto nomem;
-    }
-    c->has_snapshot = 1;
-    if (n_spec > c->spec_cap)
-        c->spec_cap = n_spec;
-    return LOOM_OK;
-nomem:
-    /* what did grow stays allocated (and is freed with the cache); the
-     * flags only claim room every layer has */
-    return loom_err_set(err, LOOM_ERR_NOMEM,
-                        "cache: out of memory for a window of %d rows", n_spec);
+    return loom_window_reserve(&c->win, s, err);
 }
 
 struct replay {
@@ -185,15 +184,16 @@ static void LOOM_ABI replay_heads(void *ctx, int64_t begin, int64_t end)
     for (int64_t it = begin; it < end; it++) {
         int64_t slot = it / nh, h = it % nh, grp = h / heads_per_group;
         const nem_layer *L = &r->m->layers[r->slot_layer[slot]];
-        nem_mamba_state *s = &r->c->mamba[slot];
-        float *state = s->ssm + h * hs;
-        memcpy(state, s->snap_ssm + h * hs, hs * sizeof(float));
+        float *state = r->c->mamba[slot].ssm + h * hs;
+        memcpy(state, nem_cache_snap_ssm(g, r->c, (int)slot) + h * hs,
+               hs * sizeof(float));
         for (int32_t j = 0; j < r->kept; j++) {
-            const float *xbc = s->log_xbc + (size_t)j * g->conv_dim;
+            const float *e = nem_cache_log(g, r->c, j, (int)slot);
+            const float *xbc = e + g->conv_dim;
+            const float *dt = e + 2 * g->conv_dim;
             loom_cpu_ssm_step(state, xbc + h * P, xbc + g->d_inner + grp * N,
-                              xbc + g->d_inner + (g->n_groups + grp) * N,
-                              s->log_dt[(size_t)j * nh + h], L->A[h], L->D[h],
-                              NULL, P, N);
+                              xbc + g->d_inner + (g->n_groups + grp) * N, dt[h],
+                              L->A[h], L->D[h], NULL, P, N);
         }
     }
 }
@@ -202,16 +202,11 @@ loom_status LOOM_ABI nem_cache_commit(loom_model *m, loom_cache *c,
                                       int32_t kept, loom_err *err)
 {
     const nem_geometry *g = &m->g;
-    if (kept < 0 || kept > c->n_spec)
-        return loom_err_set(err, LOOM_ERR_RANGE,
-                            "commit: kept = %d, but the last forward left %d "
-                            "speculative rows",
-                            kept, c->n_spec);
-    int32_t dropped = c->n_spec - kept;
-    c->n_spec = 0;
-    if (dropped == 0)
-        return LOOM_OK;
-    c->len -= dropped;
+    loom_window_keep keep;
+    loom_status rc = loom_window_commit(&c->win, kept, &keep, err);
+    if (rc != LOOM_OK || !keep.rollback)
+        return rc;
+    c->len = keep.len;
     for (int i = 0; i < g->n_attn; i++)
         loom_cpu_kv_truncate(&c->kv[i], c->len);
     if (g->n_mamba == 0)
@@ -221,10 +216,10 @@ loom_status LOOM_ABI nem_cache_commit(loom_model *m, loom_cache *c,
     size_t K1 = (size_t)(g->conv_kernel - 1), cd = (size_t)g->conv_dim;
     for (int i = 0; i < g->n_mamba; i++) {
         nem_mamba_state *s = &c->mamba[i];
-        memcpy(s->tail, s->snap_tail, K1 * cd * sizeof(float));
-        for (int32_t j = 0; j < kept && K1 > 0; j++) {
+        memcpy(s->tail, nem_cache_snap_tail(g, c, i), K1 * cd * sizeof(float));
+        for (int32_t j = 0; j < keep.kept && K1 > 0; j++) {
             memmove(s->tail, s->tail + cd, (K1 - 1) * cd * sizeof(float));
-            memcpy(s->tail + (K1 - 1) * cd, s->log_in + (size_t)j * cd,
+            memcpy(s->tail + (K1 - 1) * cd, nem_cache_log(g, c, j, i),
                    cd * sizeof(float));
         }
     }
@@ -233,7 +228,7 @@ loom_status LOOM_ABI nem_cache_commit(loom_model *m, loom_cache *c,
     for (int i = 0; i < g->n_layers; i++)
         if (m->layers[i].kind == NEM_MAMBA)
             slot_layer[m->layers[i].slot] = i;
-    struct replay r = {m, c, kept, slot_layer};
+    struct replay r = {m, c, keep.kept, slot_layer};
     m->host->parallel_for(m->host, (int64_t)g->n_mamba * g->m_heads,
                           replay_heads, &r);
     return LOOM_OK;

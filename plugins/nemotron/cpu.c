@@ -26,12 +26,8 @@ typedef struct fwd {
     const loom_row *rows;
     int32_t n; /* rows */
 
-    /* rows grouped by stream: stream s has rows order[off[s] .. off[s+1]) in
-     * position order; spec[s] is the index (within the stream) of its first
-     * speculative row, or its row count when none */
-    int32_t n_streams;
-    loom_cache **caches;
-    int32_t *off, *order, *spec;
+    /* the rows grouped by stream, each stream's in position order */
+    const loom_round_plan *p;
 
     float *x;       /* [n, H] residual stream */
     float *xn;      /* [n, H] normed block input */
@@ -59,10 +55,6 @@ static int64_t max64(int64_t a, int64_t b)
 
 static void fwd_free(fwd *f)
 {
-    free(f->caches);
-    free(f->off);
-    free(f->order);
-    free(f->spec);
     free(f->x);
     free(f->xn);
     free(f->mix);
@@ -78,115 +70,6 @@ static void fwd_free(fwd *f)
     free(f->scores);
 }
 
-/* Groups rows by stream and checks positions, flags and limits. */
-static loom_status fwd_plan(fwd *f, const loom_output *out, loom_err *err)
-{
-    const nem_geometry *g = f->g;
-    int32_t n = f->n, n_logits = 0;
-    int32_t *stream_of = malloc((size_t)n * sizeof *stream_of);
-    int32_t *count = calloc((size_t)n + 1, sizeof *count);
-    f->caches = calloc((size_t)n, sizeof *f->caches);
-    f->off = calloc((size_t)n + 1, sizeof *f->off);
-    f->order = malloc((size_t)n * sizeof *f->order);
-    f->spec = malloc((size_t)n * sizeof *f->spec);
-    loom_status rc = LOOM_OK;
-    if (!stream_of || !count || !f->caches || !f->off || !f->order ||
-        !f->spec) {
-        rc = loom_err_set(err, LOOM_ERR_NOMEM, "forward: out of memory");
-        goto done;
-    }
-    for (int32_t r = 0; r < n; r++) {
-        const loom_row *row = &f->rows[r];
-        if (!row->cache) {
-            rc = loom_err_set(err, LOOM_ERR_INVALID,
-                              "forward: row %d has no cache", r);
-            goto done;
-        }
-        if (row->token < 0 || row->token >= g->vocab) {
-            rc = loom_err_set(err, LOOM_ERR_RANGE,
-                              "forward: row %d: token %d is outside the "
-                              "vocabulary (%d)",
-                              r, row->token, g->vocab);
-            goto done;
-        }
-        if (row->parent != -1) {
-            rc = loom_err_set(err, LOOM_ERR_UNSUPPORTED,
-                              "forward: row %d: parent %d (trees are not "
-                              "supported; chains only)",
-                              r, row->parent);
-            goto done;
-        }
-        if (row->flags & LOOM_ROW_TAP) {
-            rc = loom_err_set(err, LOOM_ERR_UNSUPPORTED,
-                              "forward: row %d asks for taps, which the "
-                              "nemotron plugin does not provide",
-                              r);
-            goto done;
-        }
-        n_logits += (row->flags & LOOM_ROW_LOGITS) != 0;
-        int32_t s = 0;
-        while (s < f->n_streams && f->caches[s] != row->cache)
-            s++;
-        if (s == f->n_streams)
-            f->caches[f->n_streams++] = row->cache;
-        stream_of[r] = s;
-        count[s]++;
-    }
-    if (n_logits && (!out || !out->logits)) {
-        rc = loom_err_set(err, LOOM_ERR_INVALID,
-                          "forward: %d rows ask for logits but the output "
-                          "has no logits buffer",
-                          n_logits);
-        goto done;
-    }
-    for (int32_t s = 0; s < f->n_streams; s++)
-        f->off[s + 1] = f->off[s] + count[s];
-    memset(count, 0, (size_t)n * sizeof *count);
-    for (int32_t r = 0; r < n; r++) {
-        int32_t s = stream_of[r];
-        f->order[f->off[s] + count[s]++] = r;
-    }
-    for (int32_t s = 0; s < f->n_streams; s++) {
-        loom_cache *c = f->caches[s];
-        int32_t len = f->off[s + 1] - f->off[s];
-        f->spec[s] = len;
-        for (int32_t j = 0; j < len; j++) {
-            const loom_row *row = &f->rows[f->order[f->off[s] + j]];
-            if (row->position != c->len + j) {
-                rc = loom_err_set(err, LOOM_ERR_INVALID,
-                                  "forward: row %d: position %d, but its "
-                                  "stream expects %lld",
-                                  f->order[f->off[s] + j], row->position,
-                                  (long long)(c->len + j));
-                goto done;
-            }
-            int is_spec = (row->flags & LOOM_ROW_SPECULATIVE) != 0;
-            if (is_spec && f->spec[s] == len)
-                f->spec[s] = j;
-            else if (!is_spec && f->spec[s] != len) {
-                rc = loom_err_set(err, LOOM_ERR_INVALID,
-                                  "forward: row %d is not speculative but "
-                                  "follows a speculative row of its stream",
-                                  f->order[f->off[s] + j]);
-                goto done;
-            }
-        }
-        if (c->len + len > f->m->max_context) {
-            rc = loom_err_set(err, LOOM_ERR_FULL,
-                              "forward: a stream would reach %lld positions, "
-                              "past the context limit %lld",
-                              (long long)(c->len + len),
-                              (long long)f->m->max_context);
-            goto done;
-        }
-        f->max_ctx = max64(f->max_ctx, c->len + len);
-    }
-done:
-    free(stream_of);
-    free(count);
-    return rc;
-}
-
 static loom_status fwd_alloc(fwd *f, loom_err *err)
 {
     const nem_geometry *g = f->g;
@@ -197,6 +80,7 @@ static loom_status fwd_alloc(fwd *f, loom_err *err)
         max64(max64(g->in_proj_dim, q), max64(g->mlp_inter, g->n_experts));
     int64_t wb = max64(max64(g->conv_dim, kv), g->shared_inter);
     int64_t wc = max64(max64(g->d_inner, kv), max64(q, g->hidden));
+    f->max_ctx = f->p->max_len;
     f->n_slots = f->host->n_threads(f->host);
     if (f->n_slots < 1)
         f->n_slots = 1;
@@ -255,13 +139,14 @@ static void LOOM_ABI scan_heads(void *ctx, int64_t begin, int64_t end)
     size_t hs = (size_t)(P * N);
     for (int64_t it = begin; it < end; it++) {
         int64_t s = it / nh, h = it % nh, grp = h / per_group;
-        nem_mamba_state *st = &f->caches[s]->mamba[L->slot];
-        float *state = st->ssm + h * hs;
-        int32_t len = f->off[s + 1] - f->off[s];
-        for (int32_t k = 0; k < len; k++) {
-            int32_t r = f->order[f->off[s] + k];
-            if (k == f->spec[s])
-                memcpy(st->snap_ssm + h * hs, state, hs * sizeof(float));
+        const loom_plan_stream *ps = &f->p->streams[s];
+        loom_cache *c = ps->cache;
+        float *state = c->mamba[L->slot].ssm + h * hs;
+        for (int32_t k = 0; k < ps->count; k++) {
+            int32_t r = loom_plan_row(f->p, ps, k);
+            if (loom_window_index(&c->win, ps, k) == 0)
+                memcpy(nem_cache_snap_ssm(g, c, L->slot) + h * hs, state,
+                       hs * sizeof(float));
             const float *xbc = f->b + (size_t)r * g->conv_dim;
             loom_cpu_ssm_step(state, xbc + h * P, xbc + g->d_inner + grp * N,
                               xbc + g->d_inner + (g->n_groups + grp) * N,
@@ -280,36 +165,39 @@ static void mamba_block(fwd *f, const nem_layer *L)
     add_bias(f->a, L->in_bias, f->n, W);
 
     /* conv and dt, per stream in row order (the tail is sequential) */
-    for (int32_t s = 0; s < f->n_streams; s++) {
-        nem_mamba_state *st = &f->caches[s]->mamba[L->slot];
-        int32_t len = f->off[s + 1] - f->off[s];
-        for (int32_t k = 0; k < len; k++) {
-            int32_t r = f->order[f->off[s] + k];
+    for (int32_t s = 0; s < f->p->n_streams; s++) {
+        const loom_plan_stream *ps = &f->p->streams[s];
+        loom_cache *c = ps->cache;
+        nem_mamba_state *st = &c->mamba[L->slot];
+        for (int32_t k = 0; k < ps->count; k++) {
+            int32_t r = loom_plan_row(f->p, ps, k);
             const float *zx = f->a + (size_t)r * W;
             const float *xBC = zx + g->d_inner;
             const float *dtr = xBC + cd;
             float *conv = f->b + (size_t)r * cd;
             float *dt = f->dt + (size_t)r * nh;
-            int32_t sp = k - f->spec[s]; /* >= 0: speculative row sp */
+            /* >= 0: the window's row sp, logged [in | xbc | dt] */
+            int32_t sp = loom_window_index(&c->win, ps, k);
+            float *log = sp >= 0 ? nem_cache_log(g, c, sp, L->slot) : NULL;
             if (sp == 0)
-                memcpy(st->snap_tail, st->tail,
+                memcpy(nem_cache_snap_tail(g, c, L->slot), st->tail,
                        (size_t)(g->conv_kernel - 1) * cd * sizeof(float));
-            if (sp >= 0)
-                memcpy(st->log_in + (size_t)sp * cd, xBC, cd * sizeof(float));
+            if (log)
+                memcpy(log, xBC, cd * sizeof(float));
             loom_cpu_conv_step(conv, xBC, st->tail, L->conv_w, L->conv_b, cd,
                                g->conv_kernel);
             loom_cpu_silu_inplace(conv, cd);
             for (int64_t h = 0; h < nh; h++)
                 dt[h] = loom_cpu_softplus(dtr[h] + L->dt_bias[h]);
-            if (sp >= 0) {
-                memcpy(st->log_xbc + (size_t)sp * cd, conv, cd * sizeof(float));
-                memcpy(st->log_dt + (size_t)sp * nh, dt, nh * sizeof(float));
+            if (log) {
+                memcpy(log + cd, conv, cd * sizeof(float));
+                memcpy(log + 2 * cd, dt, nh * sizeof(float));
             }
         }
     }
 
     struct scan_job job = {f, L};
-    host->parallel_for(host, (int64_t)f->n_streams * nh, scan_heads, &job);
+    host->parallel_for(host, (int64_t)f->p->n_streams * nh, scan_heads, &job);
 
     /* y * silu(z), then RMS over each of the n_groups groups */
     for (int32_t r = 0; r < f->n; r++) {
@@ -497,32 +385,27 @@ loom_status LOOM_ABI nem_forward(loom_model *m, const loom_round *round,
 {
     if (!round || round->n_rows <= 0)
         return LOOM_OK;
-    if (!round->rows)
-        return loom_err_set(err, LOOM_ERR_INVALID,
-                            "forward: %d rows but no row array", round->n_rows);
-    if (round->n_rows > m->max_rows)
-        return loom_err_set(err, LOOM_ERR_RANGE,
-                            "forward: %d rows, more than max_rows = %d",
-                            round->n_rows, m->max_rows);
     const nem_geometry *g = &m->g;
+    loom_status rc = loom_round_plan_make(&m->plan, round, out, &m->rules, err);
+    if (rc != LOOM_OK)
+        return rc;
     fwd f = {.m = m,
              .host = m->host,
              .g = g,
              .rows = round->rows,
-             .n = round->n_rows};
-    loom_status rc = fwd_plan(&f, out, err);
-    if (rc == LOOM_OK)
-        rc = fwd_alloc(&f, err);
-    for (int32_t s = 0; rc == LOOM_OK && s < f.n_streams; s++) {
-        int32_t len = f.off[s + 1] - f.off[s];
-        rc = nem_cache_reserve(m, f.caches[s], len, len - f.spec[s], err);
-    }
+             .n = round->n_rows,
+             .p = &m->plan};
+    rc = fwd_alloc(&f, err);
+    for (int32_t s = 0; rc == LOOM_OK && s < f.p->n_streams; s++)
+        rc = nem_cache_reserve(m, &f.p->streams[s], err);
     if (rc != LOOM_OK) {
         fwd_free(&f);
         return rc;
     }
 
     /* from here on nothing fails */
+    for (int32_t s = 0; s < f.p->n_streams; s++)
+        loom_window_begin(&f.p->streams[s].cache->win, &f.p->streams[s]);
     int64_t H = g->hidden;
     for (int32_t r = 0; r < f.n; r++)
         f.host->weight_row(&m->embed, f.rows[r].token, f.x + (size_t)r * H);
@@ -557,11 +440,10 @@ loom_status LOOM_ABI nem_forward(loom_model *m, const loom_round *round,
     if (k)
         f.host->matmul(f.host, &m->lm_head, f.xn, out->logits, k);
 
-    for (int32_t s = 0; s < f.n_streams; s++) {
-        loom_cache *c = f.caches[s];
-        int32_t len = f.off[s + 1] - f.off[s];
-        c->len += len;
-        c->n_spec = len - f.spec[s];
+    for (int32_t s = 0; s < f.p->n_streams; s++) {
+        const loom_plan_stream *ps = &f.p->streams[s];
+        loom_window_end(&ps->cache->win, ps);
+        ps->cache->len = ps->len0 + ps->count;
     }
     fwd_free(&f);
     return LOOM_OK;

@@ -6,6 +6,8 @@
 
 #include <loom/cpu_ops.h>
 #include <loom/plugin.h>
+#include <loom/round_plan.h>
+#include <loom/window.h>
 
 /* Block kinds, one character per layer as in hybrid_override_pattern. */
 enum { NEM_MAMBA = 'M', NEM_ATTN = '*', NEM_MLP = '-', NEM_MOE = 'E' };
@@ -93,6 +95,8 @@ struct loom_model {
     nem_layer *layers;
     int32_t max_rows;
     int64_t max_context;
+    loom_plan_rules rules; /* what a round may hold */
+    loom_round_plan plan;  /* the round's rows by cache, grown as needed */
 };
 
 /* Binds every tensor of the checkpoint into m->layers etc. (m->g set).
@@ -102,27 +106,19 @@ void nem_weights_free(loom_model *m);
 
 /* ---------------------------------------------------------------- cache */
 
-/* What one Mamba layer keeps per stream, plus the speculative window's log
- * (see cache.c). */
+/* What one Mamba layer keeps per stream. */
 typedef struct nem_mamba_state {
     float *tail; /* [K-1, conv_dim], oldest first, pre-activation */
     float *ssm;  /* [nh, P, N] */
-    /* window: the state just before the first speculative row, and per
-     * speculative row the conv input and the scan's inputs */
-    float *snap_tail; /* [K-1, conv_dim] */
-    float *snap_ssm;  /* [nh, P, N] */
-    float *log_in;    /* [cap, conv_dim] pre-conv xBC */
-    float *log_xbc;   /* [cap, conv_dim] post-conv, post-silu xBC */
-    float *log_dt;    /* [cap, nh] softplus'd dt */
 } nem_mamba_state;
 
 struct loom_cache {
     int64_t len;            /* positions fed (and kept) so far */
     nem_mamba_state *mamba; /* [n_mamba] */
     loom_cpu_kv *kv;        /* [n_attn] */
-    int32_t n_spec;         /* speculative rows of the last forward, 0: none */
-    int32_t spec_cap;       /* rows the window log can hold */
-    int has_snapshot;       /* snap_* buffers allocated */
+    /* the speculative window (see cache.c): per Mamba slot, the snapshot
+     * holds [tail | ssm] and a log row [in | xbc | dt] */
+    loom_window win;
 };
 
 /* The LOOM_ABI functions fill the family vtable. */
@@ -130,10 +126,21 @@ loom_status LOOM_ABI nem_cache_new(loom_model *m, loom_cache **out,
                                    loom_err *err);
 void LOOM_ABI nem_cache_reset(loom_model *m, loom_cache *c);
 void LOOM_ABI nem_cache_free(loom_model *m, loom_cache *c);
-/* Makes room for n_new more positions and, when n_spec > 0, a window log
- * of n_spec rows. On failure the cache is unchanged in content. */
-loom_status nem_cache_reserve(loom_model *m, loom_cache *c, int64_t n_new,
-                              int32_t n_spec, loom_err *err);
+/* Positions fed (the round plan's view of a cache). */
+int64_t nem_cache_len(const loom_cache *c);
+/* Makes room for a stream's rows of a round: K/V rows and, for its
+ * speculative rows, the window's log and snapshot. On failure the cache is
+ * unchanged in content. */
+loom_status nem_cache_reserve(loom_model *m, const loom_plan_stream *s,
+                              loom_err *err);
+/* Mamba slot `slot`'s conv tail [K-1, conv_dim] and SSM state [nh, P, N]
+ * in the window's snapshot. */
+float *nem_cache_snap_tail(const nem_geometry *g, loom_cache *c, int slot);
+float *nem_cache_snap_ssm(const nem_geometry *g, loom_cache *c, int slot);
+/* Mamba slot `slot`'s part of the log of speculative row i: the conv input
+ * xBC [conv_dim], the activated conv output [conv_dim], the softplus'd dt
+ * [nh]. */
+float *nem_cache_log(const nem_geometry *g, loom_cache *c, int32_t i, int slot);
 loom_status LOOM_ABI nem_cache_commit(loom_model *m, loom_cache *c,
                                       int32_t kept, loom_err *err);
 uint64_t nem_cache_bytes_fixed(const nem_geometry *g);

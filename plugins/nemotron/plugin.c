@@ -42,6 +42,7 @@ static void LOOM_ABI nem_close(loom_model *m)
         return;
     nem_weights_free(m);
     free(m->layer_kinds);
+    loom_round_plan_free(&m->plan);
     free(m);
 }
 
@@ -61,6 +62,7 @@ static loom_status LOOM_ABI nem_open(const loom_host *host,
         return loom_err_set(err, LOOM_ERR_NOMEM, "nemotron: out of memory");
     m->host = host;
     m->ckpt = ckpt;
+    loom_round_plan_init(&m->plan);
     loom_status rc = nem_geometry_parse(host, ckpt, &m->g, err);
     if (rc == LOOM_OK)
         rc = nem_weights_bind(m, err);
@@ -79,6 +81,12 @@ static loom_status LOOM_ABI nem_open(const loom_host *host,
     m->max_rows = opt && opt->max_rows > 0 ? opt->max_rows : 512;
     m->max_context =
         opt && opt->max_context > 0 ? opt->max_context : m->g.max_context;
+    m->rules = (loom_plan_rules){.who = "nemotron forward",
+                                 .vocab = m->g.vocab,
+                                 .max_context = m->max_context,
+                                 .max_rows = m->max_rows,
+                                 .refused_flags = LOOM_ROW_TAP,
+                                 .cache_len = nem_cache_len};
     *model = m;
     return LOOM_OK;
 }

@@ -13,7 +13,9 @@
  * the tail shift), so the state ends bit for bit as if only those rows had
  * been fed; attention layers just truncate their K/V rows. This costs one
  * state copy per window plus ~(conv_dim + key_dim + value_dim) floats per
- * row and layer, instead of a full state snapshot per row. */
+ * row and layer, instead of a full state snapshot per row. The SDK's
+ * loom_window (loom/window.h) keeps the pending count, the buffers and what
+ * commit(kept) must do; this file lays out what goes in them. */
 #include "qwen35.h"
 
 #include <stdlib.h>
@@ -58,7 +60,11 @@ loom_status LOOM_ABI q35_cache_new(loom_model *m, loom_cache **out,
     }
     for (int i = 0; i < m->n_attn; i++)
         loom_cpu_kv_init(&c->kv[i], m->g.n_kv_heads * m->g.head_dim);
-    c->spec_start = -1;
+    /* a window continues over forwards while its rows begin speculative */
+    loom_window_init(&c->win, "qwen35", LOOM_WINDOW_EXTEND,
+                     lin * (size_t)(q35_tail_floats(m) + q35_state_floats(m)) *
+                         sizeof(float),
+                     lin * (size_t)m->log.size * sizeof(float));
     m->host->account(m->host, "qwen35 cache",
                      (int64_t)q35_cache_fixed_bytes(m));
     *out = c;
@@ -75,8 +81,7 @@ void LOOM_ABI q35_cache_reset(loom_model *m, loom_cache *c)
     memset(c->state, 0,
            (size_t)m->n_lin * (size_t)q35_state_floats(m) * sizeof(float));
     c->len = 0;
-    c->spec_n = 0;
-    c->spec_start = -1;
+    loom_window_reset(&c->win);
 }
 
 void LOOM_ABI q35_cache_free(loom_model *m, loom_cache *c)
@@ -92,102 +97,69 @@ void LOOM_ABI q35_cache_free(loom_model *m, loom_cache *c)
     free(c->kv);
     free(c->conv);
     free(c->state);
-    free(c->snap_conv);
-    free(c->snap_state);
-    free(c->log);
+    loom_window_free(&c->win);
     free(c);
+}
+
+int64_t q35_cache_len(const loom_cache *c)
+{
+    return c->len;
 }
 
 float *q35_cache_log(const loom_model *m, loom_cache *c, int32_t i, int l)
 {
-    return c->log +
-           ((size_t)i * (size_t)m->n_lin + (size_t)l) * (size_t)m->log.size;
+    return (float *)loom_window_row(&c->win, i) +
+           (size_t)l * (size_t)m->log.size;
 }
 
-loom_status q35_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
-                              int32_t n_spec, int first_is_spec, loom_err *err)
+float *q35_cache_snap_conv(const loom_model *m, loom_cache *c, int l)
 {
-    int64_t need = c->len + n_new;
-    if (need > m->max_context)
-        return loom_err_set(err, LOOM_ERR_FULL,
-                            "qwen35: stream would hold %lld positions, over "
-                            "the context limit %lld",
-                            (long long)need, (long long)m->max_context);
+    return (float *)c->win.snapshot + (size_t)l * (size_t)q35_tail_floats(m);
+}
+
+float *q35_cache_snap_state(const loom_model *m, loom_cache *c, int l)
+{
+    return (float *)c->win.snapshot +
+           (size_t)m->n_lin * (size_t)q35_tail_floats(m) +
+           (size_t)l * (size_t)q35_state_floats(m);
+}
+
+loom_status q35_cache_prepare(loom_model *m, const loom_plan_stream *s,
+                              loom_err *err)
+{
+    loom_cache *c = s->cache;
     for (int i = 0; i < m->n_attn; i++) {
-        loom_status st = loom_cpu_kv_reserve(&c->kv[i], need, err);
+        loom_status st = loom_cpu_kv_reserve(&c->kv[i], c->len + s->count, err);
         if (st != LOOM_OK)
             return st;
     }
-    if (n_spec == 0)
-        return LOOM_OK;
-    /* a window continues one that was not committed only when it starts
-     * with a speculative row; otherwise the earlier rows were kept */
-    int32_t base = first_is_spec ? c->spec_n : 0;
-    int32_t rows = base + n_spec;
-    if (m->n_lin > 0) {
-        size_t lin = (size_t)m->n_lin;
-        if (!c->snap_conv) {
-            c->snap_conv =
-                malloc(lin * (size_t)q35_tail_floats(m) * sizeof(float) +
-                       sizeof(float));
-            c->snap_state =
-                malloc(lin * (size_t)q35_state_floats(m) * sizeof(float) +
-                       sizeof(float));
-            if (!c->snap_conv || !c->snap_state) {
-                free(c->snap_conv);
-                free(c->snap_state);
-                c->snap_conv = c->snap_state = NULL;
-                return loom_err_set(err, LOOM_ERR_NOMEM,
-                                    "qwen35 cache: no memory for the "
-                                    "speculation snapshot");
-            }
-        }
-        if (rows > c->log_cap) {
-            int32_t cap = c->log_cap ? c->log_cap : 16;
-            while (cap < rows)
-                cap *= 2;
-            float *log =
-                realloc(c->log, (size_t)cap * lin * (size_t)m->log.size *
-                                    sizeof(float));
-            if (!log)
-                return loom_err_set(err, LOOM_ERR_NOMEM,
-                                    "qwen35 cache: no memory for a %d-row "
-                                    "speculation log",
-                                    cap);
-            c->log = log;
-            c->log_cap = cap;
-        }
-    }
-    return LOOM_OK;
+    return loom_window_reserve(&c->win, s, err);
 }
 
 loom_status LOOM_ABI q35_commit(loom_model *m, loom_cache *c, int32_t kept,
                                 loom_err *err)
 {
-    int32_t n = c->spec_n;
-    if (kept < 0 || kept > n)
-        return loom_err_set(err, LOOM_ERR_RANGE,
-                            "qwen35 commit: kept = %d, but the cache holds %d "
-                            "speculative rows",
-                            kept, n);
-    if (kept < n) {
-        const q35_geometry *g = &m->g;
-        int64_t cd = q35_conv_dim(g), tail = q35_tail_floats(m);
-        int64_t sf = q35_state_floats(m), kt = g->conv_kernel - 1;
-        int64_t dk = g->lin_dk, dv = g->lin_dv, Hv = g->lin_v_heads;
-        int64_t group = Hv / g->lin_k_heads;
-        float tmp[1024];
-        float *tmpp = dv <= 1024 ? tmp : malloc((size_t)dv * sizeof(float));
-        if (!tmpp)
-            return loom_err_set(err, LOOM_ERR_NOMEM, "qwen35: no memory");
+    const q35_geometry *g = &m->g;
+    int64_t cd = q35_conv_dim(g), tail = q35_tail_floats(m);
+    int64_t sf = q35_state_floats(m), kt = g->conv_kernel - 1;
+    int64_t dk = g->lin_dk, dv = g->lin_dv, Hv = g->lin_v_heads;
+    int64_t group = Hv / g->lin_k_heads;
+    float tmp[1024];
+    /* before the window closes: a failed commit changes nothing */
+    float *tmpp = dv <= 1024 ? tmp : malloc((size_t)dv * sizeof(float));
+    if (!tmpp)
+        return loom_err_set(err, LOOM_ERR_NOMEM, "qwen35: no memory");
+    loom_window_keep keep;
+    loom_status st = loom_window_commit(&c->win, kept, &keep, err);
+    if (st == LOOM_OK && keep.rollback) {
         for (int l = 0; l < m->n_lin; l++) {
             float *tl = c->conv + (size_t)l * (size_t)tail;
             float *S = c->state + (size_t)l * (size_t)sf;
-            memcpy(tl, c->snap_conv + (size_t)l * (size_t)tail,
+            memcpy(tl, q35_cache_snap_conv(m, c, l),
                    (size_t)tail * sizeof(float));
-            memcpy(S, c->snap_state + (size_t)l * (size_t)sf,
+            memcpy(S, q35_cache_snap_state(m, c, l),
                    (size_t)sf * sizeof(float));
-            for (int32_t r = 0; r < kept; r++) {
+            for (int32_t r = 0; r < keep.kept; r++) {
                 const float *e = q35_cache_log(m, c, r, l);
                 /* the tail shift of loom_cpu_conv_step */
                 if (kt > 0) {
@@ -203,14 +175,11 @@ loom_status LOOM_ABI q35_commit(loom_model *m, loom_cache *c, int32_t kept,
                                  e[m->log.beta + h], NULL, dk, dv, tmpp);
             }
         }
-        if (tmpp != tmp)
-            free(tmpp);
-        int64_t len = c->spec_start + kept;
         for (int i = 0; i < m->n_attn; i++)
-            loom_cpu_kv_truncate(&c->kv[i], len);
-        c->len = len;
+            loom_cpu_kv_truncate(&c->kv[i], keep.len);
+        c->len = keep.len;
     }
-    c->spec_n = 0;
-    c->spec_start = -1;
-    return LOOM_OK;
+    if (tmpp != tmp)
+        free(tmpp);
+    return st;
 }

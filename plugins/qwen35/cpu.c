@@ -96,86 +96,6 @@ static loom_status q35_scratch_reserve(loom_model *m, int64_t rows,
     return LOOM_OK;
 }
 
-/* ---------------------------------------------------------------- rounds */
-
-/* Groups the round's rows by cache and checks them; changes nothing. */
-static loom_status q35_plan(loom_model *m, const loom_round *round,
-                            int32_t *n_streams, loom_err *err)
-{
-    int32_t n = round->n_rows;
-    if (n > m->streams_cap) {
-        q35_stream *st = malloc((size_t)n * sizeof *st);
-        int32_t *sr = malloc((size_t)n * sizeof *sr);
-        if (!st || !sr) {
-            free(st);
-            free(sr);
-            return loom_err_set(err, LOOM_ERR_NOMEM, "qwen35: no memory");
-        }
-        free(m->streams);
-        free(m->stream_rows);
-        m->streams = st;
-        m->stream_rows = sr;
-        m->streams_cap = n;
-    }
-    int32_t ns = 0;
-    for (int32_t i = 0; i < n; i++) {
-        const loom_row *r = &round->rows[i];
-        if (!r->cache)
-            return loom_err_set(err, LOOM_ERR_INVALID,
-                                "qwen35 forward: row %d has no cache", i);
-        if (r->token < 0 || r->token >= m->g.vocab)
-            return loom_err_set(err, LOOM_ERR_RANGE,
-                                "qwen35 forward: row %d token %d is outside "
-                                "the vocabulary of %lld",
-                                i, r->token, (long long)m->g.vocab);
-        if (r->parent != -1)
-            return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
-                                "qwen35 forward: row %d has parent %d; trees "
-                                "are not supported",
-                                i, r->parent);
-        int32_t s = 0;
-        while (s < ns && m->streams[s].cache != r->cache)
-            s++;
-        if (s == ns) {
-            m->streams[ns++] =
-                (q35_stream){r->cache, 0, 0, -1, 0, r->cache->len};
-        }
-        m->streams[s].count++;
-    }
-    /* lay the rows out stream by stream, keeping round order */
-    int32_t off = 0;
-    for (int32_t s = 0; s < ns; s++) {
-        m->streams[s].first = off;
-        off += m->streams[s].count;
-        m->streams[s].count = 0;
-    }
-    for (int32_t i = 0; i < n; i++) {
-        const loom_row *r = &round->rows[i];
-        int32_t s = 0;
-        while (m->streams[s].cache != r->cache)
-            s++;
-        q35_stream *st = &m->streams[s];
-        int32_t k = st->count++;
-        m->stream_rows[st->first + k] = i;
-        if (r->position != st->len0 + k)
-            return loom_err_set(err, LOOM_ERR_INVALID,
-                                "qwen35 forward: row %d has position %d, "
-                                "but its stream is at %lld",
-                                i, r->position, (long long)(st->len0 + k));
-        int spec = (r->flags & LOOM_ROW_SPECULATIVE) != 0;
-        if (spec && st->first_spec < 0)
-            st->first_spec = k;
-        if (!spec && st->first_spec >= 0)
-            return loom_err_set(err, LOOM_ERR_INVALID,
-                                "qwen35 forward: row %d is not speculative "
-                                "but follows a speculative row of its "
-                                "stream",
-                                i);
-    }
-    *n_streams = ns;
-    return LOOM_OK;
-}
-
 /* ---------------------------------------------------------------- attention */
 
 typedef struct q35_attn_job {
@@ -265,23 +185,23 @@ static void LOOM_ABI q35_gdn_conv_task(void *ctx, int64_t begin, int64_t end)
     int64_t tail = (g->conv_kernel - 1) * cd;
     float qscale = 1.0f / sqrtf((float)dk);
     for (int64_t si = begin; si < end; si++) {
-        const q35_stream *st = &m->streams[si];
+        const loom_plan_stream *st = &m->plan.streams[si];
         loom_cache *c = st->cache;
         float *tl = c->conv + (size_t)j->slot * (size_t)tail;
         for (int32_t k = 0; k < st->count; k++) {
-            int64_t t = m->stream_rows[st->first + k];
+            int64_t t = loom_plan_row(&m->plan, st, k);
             const float *x = s->big0 + t * cd;
             float *y = s->conv_out + t * cd;
             float *log = NULL;
-            if (st->first_spec >= 0 && k >= st->first_spec) {
-                if (k == st->first_spec && st->spec_base == 0) {
+            int32_t li = loom_window_index(&c->win, st, k);
+            if (li >= 0) {
+                if (li == 0) {
                     /* the state's snapshot is taken per head by
                      * q35_gdn_rec_task, after the plain rows before it */
-                    memcpy(c->snap_conv + (size_t)j->slot * (size_t)tail, tl,
+                    memcpy(q35_cache_snap_conv(m, c, j->slot), tl,
                            (size_t)tail * sizeof(float));
                 }
-                log = q35_cache_log(m, c, st->spec_base + k - st->first_spec,
-                                    j->slot);
+                log = q35_cache_log(m, c, li, j->slot);
                 memcpy(log + m->log.conv, x, (size_t)cd * sizeof(float));
             }
             loom_cpu_conv_step(y, x, tl, j->L->conv_w, NULL, cd,
@@ -324,14 +244,15 @@ static void LOOM_ABI q35_gdn_rec_task(void *ctx, int64_t begin, int64_t end)
     int64_t sf = Hv * dk * dv;
     float tmp[1024];
     for (int64_t i = begin; i < end; i++) {
-        const q35_stream *st = &m->streams[i / Hv];
+        const loom_plan_stream *st = &m->plan.streams[i / Hv];
+        loom_cache *c = st->cache;
         int64_t h = i % Hv, kh = h / group;
-        size_t off = (size_t)j->slot * (size_t)sf + (size_t)(h * dk * dv);
-        float *S = st->cache->state + off;
+        size_t off = (size_t)(h * dk * dv);
+        float *S = c->state + (size_t)j->slot * (size_t)sf + off;
         for (int32_t k = 0; k < st->count; k++) {
-            int64_t t = m->stream_rows[st->first + k];
-            if (k == st->first_spec && st->spec_base == 0)
-                memcpy(st->cache->snap_state + off, S,
+            int64_t t = loom_plan_row(&m->plan, st, k);
+            if (loom_window_index(&c->win, st, k) == 0)
+                memcpy(q35_cache_snap_state(m, c, j->slot) + off, S,
                        (size_t)(dk * dv) * sizeof(float));
             const float *y = s->conv_out + t * cd;
             float *o = s->o + t * vd + h * dv;
@@ -517,49 +438,18 @@ loom_status LOOM_ABI q35_forward(loom_model *m, const loom_round *round,
     float eps = (float)g->eps;
     if (T <= 0)
         return LOOM_OK;
-    if (T > m->max_rows)
-        return loom_err_set(err, LOOM_ERR_RANGE,
-                            "qwen35 forward: %lld rows, more than max_rows "
-                            "%d",
-                            (long long)T, m->max_rows);
-    int32_t ns = 0;
-    loom_status st = q35_plan(m, round, &ns, err);
+    loom_round_plan *p = &m->plan;
+    loom_status st = loom_round_plan_make(p, round, out, &m->rules, err);
     if (st == LOOM_OK)
         st = q35_scratch_reserve(m, T, err);
-    for (int32_t i = 0; st == LOOM_OK && i < ns; i++) {
-        q35_stream *sm = &m->streams[i];
-        int32_t n_spec = sm->first_spec >= 0 ? sm->count - sm->first_spec : 0;
-        st = q35_cache_prepare(m, sm->cache, sm->count, n_spec,
-                               sm->first_spec == 0, err);
-    }
+    for (int32_t i = 0; st == LOOM_OK && i < p->n_streams; i++)
+        st = q35_cache_prepare(m, &p->streams[i], err);
     if (st != LOOM_OK)
         return st;
-    int64_t n_logits = 0;
-    for (int64_t t = 0; t < T; t++)
-        n_logits += (round->rows[t].flags & LOOM_ROW_LOGITS) != 0;
-    if (n_logits > 0 && (!out || !out->logits))
-        return loom_err_set(err, LOOM_ERR_INVALID,
-                            "qwen35 forward: rows ask for logits but the "
-                            "output has no logits buffer");
-    int64_t n_tap = 0;
-    for (int64_t t = 0; t < T; t++)
-        n_tap += (round->rows[t].flags & LOOM_ROW_TAP) != 0;
-    if (n_tap > 0 && m->n_taps > 0 && (!out || !out->taps))
-        return loom_err_set(err, LOOM_ERR_INVALID,
-                            "qwen35 forward: rows ask for taps but the "
-                            "output has no taps buffer");
 
     /* nothing can fail from here on: the caches start to change */
-    for (int32_t i = 0; i < ns; i++) {
-        q35_stream *sm = &m->streams[i];
-        loom_cache *c = sm->cache;
-        if (sm->first_spec != 0 && c->spec_n > 0) {
-            /* plain rows after an uncommitted window keep all of it */
-            c->spec_n = 0;
-            c->spec_start = -1;
-        }
-        sm->spec_base = sm->first_spec >= 0 ? c->spec_n : 0;
-    }
+    for (int32_t i = 0; i < p->n_streams; i++)
+        loom_window_begin(&p->streams[i].cache->win, &p->streams[i]);
 
     q35_scratch *s = &m->s;
     for (int64_t t = 0; t < T; t++)
@@ -570,7 +460,7 @@ loom_status LOOM_ABI q35_forward(loom_model *m, const loom_round *round,
         if (L->kind == 'A')
             q35_attention(m, round, L, m->slot[i]);
         else
-            q35_gdn(m, round, L, m->slot[i], ns);
+            q35_gdn(m, round, L, m->slot[i], p->n_streams);
         loom_cpu_add(s->h, s->proj, T * H);
         q35_norm_rows(s->xn, s->h, L->post_norm, T, H, eps);
         if (L->moe)
@@ -580,24 +470,19 @@ loom_status LOOM_ABI q35_forward(loom_model *m, const loom_round *round,
         loom_cpu_add(s->h, s->proj, T * H);
         q35_tap(m, round, out, i);
     }
-    if (n_logits > 0) {
+    if (p->n_logits > 0) {
         int64_t k = 0;
         for (int64_t t = 0; t < T; t++)
             if (round->rows[t].flags & LOOM_ROW_LOGITS)
                 loom_cpu_rmsnorm(s->xn + (k++) * H, s->h + t * H, m->w.norm, H,
                                  eps);
-        host->matmul(host, &m->w.lm_head, s->xn, out->logits, n_logits);
+        host->matmul(host, &m->w.lm_head, s->xn, out->logits, p->n_logits);
     }
 
-    for (int32_t i = 0; i < ns; i++) {
-        q35_stream *sm = &m->streams[i];
-        loom_cache *c = sm->cache;
-        if (sm->first_spec >= 0) {
-            if (sm->spec_base == 0)
-                c->spec_start = sm->len0 + sm->first_spec;
-            c->spec_n = sm->spec_base + (sm->count - sm->first_spec);
-        }
-        c->len = sm->len0 + sm->count;
+    for (int32_t i = 0; i < p->n_streams; i++) {
+        const loom_plan_stream *sm = &p->streams[i];
+        loom_window_end(&sm->cache->win, sm);
+        sm->cache->len = sm->len0 + sm->count;
     }
     return LOOM_OK;
 }

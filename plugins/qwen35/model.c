@@ -13,8 +13,7 @@ void LOOM_ABI q35_close(loom_model *m)
     free(m->slot);
     free(m->taps);
     free(m->inv_freq);
-    free(m->streams);
-    free(m->stream_rows);
+    loom_round_plan_free(&m->plan);
     free(m);
 }
 
@@ -28,6 +27,7 @@ loom_status LOOM_ABI q35_open(const loom_host *host,
         return loom_err_set(err, LOOM_ERR_NOMEM, "qwen35: no memory");
     m->host = host;
     m->ckpt = ckpt;
+    loom_round_plan_init(&m->plan);
     loom_status st = q35_geometry_parse(host, ckpt, &m->g, err);
     if (st != LOOM_OK)
         goto fail;
@@ -83,6 +83,12 @@ loom_status LOOM_ABI q35_open(const loom_host *host,
     m->max_rows = opt && opt->max_rows > 0 ? opt->max_rows : 512;
     m->max_context =
         opt && opt->max_context > 0 ? opt->max_context : g->max_pos;
+    m->rules = (loom_plan_rules){.who = "qwen35 forward",
+                                 .vocab = g->vocab,
+                                 .max_context = m->max_context,
+                                 .max_rows = m->max_rows,
+                                 .n_taps = m->n_taps,
+                                 .cache_len = q35_cache_len};
     *out = m;
     return LOOM_OK;
 fail:

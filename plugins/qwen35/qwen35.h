@@ -5,6 +5,8 @@
 
 #include <loom/cpu_ops.h>
 #include <loom/plugin.h>
+#include <loom/round_plan.h>
+#include <loom/window.h>
 
 #define Q35_MAX_LAYERS 512
 
@@ -119,24 +121,10 @@ struct loom_cache {
     loom_cpu_kv *kv; /* [n_attn] */
     float *conv;     /* [n_lin][(K-1) * conv_dim] oldest first */
     float *state;    /* [n_lin][Hv][dk][dv] fp32 recurrent state */
-    /* speculation (see cache.c) */
-    int32_t spec_n;     /* speculative rows since the snapshot */
-    int64_t spec_start; /* len when the snapshot was taken */
-    float *snap_conv;   /* copy of conv at spec_start */
-    float *snap_state;  /* copy of state at spec_start */
-    float *log;         /* [log_cap][n_lin][layout.size] */
-    int32_t log_cap;
+    /* speculation (see cache.c): the snapshot is conv's then state's
+     * [n_lin] copies, a log row is [n_lin][log.size] floats */
+    loom_window win;
 };
-
-/* One stream's part of a round. */
-typedef struct q35_stream {
-    loom_cache *cache;
-    int32_t first, count; /* its rows: stream_rows[first .. first+count) */
-    int32_t first_spec;   /* index (in its rows) of the first speculative
-                             row, or -1 */
-    int32_t spec_base;    /* log index of that row */
-    int64_t len0;         /* cache length before the round */
-} q35_stream;
 
 typedef struct q35_scratch {
     int64_t rows;              /* capacity in rows */
@@ -169,10 +157,8 @@ struct loom_model {
     int32_t max_rows;
     int64_t max_context;
     q35_scratch s;
-    /* per-round bookkeeping, grown as needed */
-    struct q35_stream *streams; /* distinct caches of the round */
-    int32_t *stream_rows;       /* rows grouped by stream, in order */
-    int32_t streams_cap;
+    loom_plan_rules rules; /* what a round may hold */
+    loom_round_plan plan;  /* the round's rows by cache, grown as needed */
 };
 
 /* stream cache (cache.c); the LOOM_ABI functions fill the family vtable */
@@ -184,13 +170,18 @@ loom_status LOOM_ABI q35_commit(loom_model *m, loom_cache *c, int32_t kept,
                                 loom_err *err);
 uint64_t q35_cache_fixed_bytes(const loom_model *m);
 uint64_t q35_cache_token_bytes(const loom_model *m);
-/* Makes room for `n_new` more rows, `n_spec` of them speculative, before a
- * forward changes anything; takes the snapshot when speculation starts. */
-loom_status q35_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
-                              int32_t n_spec, int first_is_spec, loom_err *err);
+/* Positions fed (the round plan's view of a cache). */
+int64_t q35_cache_len(const loom_cache *c);
+/* Makes room for a stream's rows of a round (K/V rows, the window's log and
+ * snapshot) before a forward changes anything. */
+loom_status q35_cache_prepare(loom_model *m, const loom_plan_stream *s,
+                              loom_err *err);
 /* The replay-log slot of speculative row `i` (0-based since the snapshot)
  * for GDN layer slot `l`. */
 float *q35_cache_log(const loom_model *m, loom_cache *c, int32_t i, int l);
+/* GDN layer slot `l`'s conv tail and state in the window's snapshot. */
+float *q35_cache_snap_conv(const loom_model *m, loom_cache *c, int l);
+float *q35_cache_snap_state(const loom_model *m, loom_cache *c, int l);
 
 /* One delta-rule step of value head state S [dk, dv]:
  * S *= decay; d = (v - S^T k) * beta; S += k d^T; o = S^T q (when q).

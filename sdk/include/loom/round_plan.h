@@ -1,0 +1,90 @@
+/* A forward's plan of its round: the rows grouped by cache (one open-addressing
+ * map, O(rows)), each cache's rows in round order, and the checks every
+ * family makes before anything changes (tokens, chains, positions following
+ * the cache's length, speculative rows last, the context and row limits, the
+ * output buffers). Families link it from the SDK so each need not scan
+ * the round once per stream. */
+#ifndef LOOM_ROUND_PLAN_H
+#define LOOM_ROUND_PLAN_H
+
+#include <stdint.h>
+
+#include <loom/plugin.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a family accepts in a round; filled once, at open. */
+typedef struct loom_plan_rules {
+    const char *who;        /* message prefix: "qwen35 forward" */
+    int64_t vocab;          /* tokens in [0, vocab) */
+    int64_t max_context;    /* positions in [0, max_context) */
+    int32_t max_rows;       /* rows per round */
+    int32_t n_taps;         /* tapped layers written for LOOM_ROW_TAP rows */
+    uint32_t refused_flags; /* row flags the family does not provide */
+    /* positions a cache holds (the family's cache is opaque to the SDK) */
+    int64_t (*cache_len)(const loom_cache *cache);
+} loom_plan_rules;
+
+/* One cache's part of a round: its rows are rows[first .. first + count) of
+ * the plan, their positions len0, len0 + 1, ... */
+typedef struct loom_plan_stream {
+    loom_cache *cache;
+    int64_t len0; /* the cache's length before the round */
+    int32_t first, count;
+    int32_t first_spec; /* index among its rows of the first speculative
+                           one, -1: none (the rest are speculative too) */
+} loom_plan_stream;
+
+typedef struct loom_round_plan {
+    loom_plan_stream *streams; /* [n_streams] in order of first appearance */
+    int32_t n_streams;
+    int32_t *rows; /* [n_rows] round row indices, grouped by stream */
+    int32_t n_rows;
+    int32_t n_logits; /* rows flagged LOOM_ROW_LOGITS */
+    int32_t n_taps;   /* rows flagged LOOM_ROW_TAP */
+    int64_t max_len;  /* the most positions a cache holds after the round */
+    /* storage, grown as needed */
+    int32_t cap;        /* rows the arrays hold */
+    int32_t *stream_of; /* [cap] stream of each round row */
+    int32_t *map;       /* [2 * cap, rounded up to a power of two] stream index
+                           + 1 by cache hash, 0: free */
+} loom_round_plan;
+
+/* Zeroes a plan; loom_round_plan_free releases what making plans grew. */
+void loom_round_plan_init(loom_round_plan *plan);
+void loom_round_plan_free(loom_round_plan *plan);
+
+/* Groups `round`'s rows by cache and checks them against `rules` and `out`
+ * (NULL: no buffers). Refuses, naming the row index and its position:
+ * no rows array or more than max_rows (LOOM_ERR_INVALID, LOOM_ERR_RANGE); a
+ * row without a cache (INVALID), a token outside the vocabulary (RANGE), a
+ * parent other than -1 or a refused flag (LOOM_ERR_UNSUPPORTED); a position
+ * other than its cache's length plus the rows of that cache before it in
+ * the round, or a plain row after a speculative one of its cache (INVALID);
+ * a position past max_context (LOOM_ERR_FULL); rows asking for logits or
+ * taps with no buffer for them (INVALID). Changes no cache; after a
+ * refusal the plan holds nothing to use. */
+loom_status loom_round_plan_make(loom_round_plan *plan, const loom_round *round,
+                                 const loom_output *out,
+                                 const loom_plan_rules *rules, loom_err *err);
+
+/* The round row index of stream s's k-th row. */
+static inline int32_t loom_plan_row(const loom_round_plan *plan,
+                                    const loom_plan_stream *s, int32_t k)
+{
+    return plan->rows[s->first + k];
+}
+
+/* Speculative rows of a stream in this round. */
+static inline int32_t loom_plan_n_spec(const loom_plan_stream *s)
+{
+    return s->first_spec < 0 ? 0 : s->count - s->first_spec;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOOM_ROUND_PLAN_H */
