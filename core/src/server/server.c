@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include <loom/checkpoint.h>
-#include <loom/host.h>
+#include <loom/log.h>
 #include <loom/tokenizer.h>
 
 #define SRV_DEFAULT_BODY  (8u << 20)
