@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include <loom/checkpoint.h>
+#include <loom/model_id.h>
 #include <loom/platform.h>
 #include <loom/tokenizer.h>
 

@@ -85,11 +85,11 @@ int loom_cmd_inspect(int argc, char **argv)
     json_t *geo = json_object();
     loom_err err;
     int rc = 1;
-    if (loom_registry_load(o.plugin_dirs, o.n_plugin_dirs, &hs.host, &reg,
-                           &err) != LOOM_OK ||
+    if (loom_registry_load(o.plugin_dirs, o.n_plugin_dirs, &hs, &reg, &err) !=
+            LOOM_OK ||
         loom_checkpoint_open(model, &ckpt, &err) != LOOM_OK)
         goto fail;
-    int drafter = loom_checkpoint_is_drafter(ckpt);
+    int drafter = loom_registry_kind_of(reg, ckpt) == LOOM_PLUGIN_DRAFTER;
     const loom_plugin_ref *ref = NULL;
     if (loom_registry_select(reg, ckpt,
                              drafter ? LOOM_PLUGIN_DRAFTER : LOOM_PLUGIN_FAMILY,
@@ -99,16 +99,16 @@ int loom_cmd_inspect(int argc, char **argv)
     loom_status st;
     if (drafter) {
         const loom_drafter_i *d = ref->plugin->get_interface(LOOM_DRAFTER_ID);
-        st = d->geometry(&hs.host, ckpt, &fields, &err);
+        st = d->geometry(ref->host, ckpt, &fields, &err);
     } else {
         const loom_family_i *f = ref->plugin->get_interface(LOOM_FAMILY_ID);
-        st = f->geometry(&hs.host, ckpt, &fields, &err);
+        st = f->geometry(ref->host, ckpt, &fields, &err);
     }
     if (st != LOOM_OK) {
         loom_err_prefix(&err, "%s", ref->plugin->name);
         goto fail;
     }
-    int32_t score = ref->plugin->probe(&hs.host, ckpt);
+    int32_t score = ref->plugin->probe(ref->host, ckpt);
     json_t *tensor_list = NULL;
     if (json && tensors) {
         if (loom_checkpoint_load_tensors(ckpt, &err) != LOOM_OK)

@@ -4,6 +4,8 @@
 
 #include <jansson.h>
 
+#include <loom/log.h>
+
 #include "cli_common.h"
 #include "commands.h"
 
@@ -55,8 +57,8 @@ int loom_cmd_plugins(int argc, char **argv)
     loom_err err;
     /* the table below reports refusals; no need to warn twice */
     loom_log_set_level(LOOM_LOG_ERROR);
-    if (loom_registry_load(o.plugin_dirs, o.n_plugin_dirs, &hs.host, &reg,
-                           &err) != LOOM_OK) {
+    if (loom_registry_load(o.plugin_dirs, o.n_plugin_dirs, &hs, &reg, &err) !=
+        LOOM_OK) {
         fprintf(stderr, "loom plugins: %s\n", err.msg);
         return 1;
     }

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <loom/host.h>
 #include <loom/platform.h>
 #include <loom/server.h>
 

@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <loom/chat_template.h>
 #include <loom/checkpoint.h>
+#include <loom/model_id.h>
 #include <loom/tokenizer.h>
 
 #include "cli_common.h"

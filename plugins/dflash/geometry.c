@@ -7,13 +7,17 @@
 
 #include <loom/config.h>
 
+/* A DFlash checkpoint says so by its architecture or by dflash_config. The
+ * latter marks a drafter whatever architecture it names (the target's,
+ * sometimes), so it scores as high as a family's own architecture: the core
+ * gives a tie to the drafter and never opens these weights as a model. */
 int32_t LOOM_ABI dflash_probe(const loom_host *h, const loom_checkpoint *ckpt)
 {
     static const char *const archs[] = {"DFlashDraftModel"};
     if (loom_cfg_probe(h, ckpt, archs, 1, NULL, 0) > 0)
         return 100;
     const loom_json *dc = h->json_get(h->config(ckpt), "dflash_config");
-    return h->json_type(dc) == LOOM_JSON_OBJECT ? 80 : 0;
+    return h->json_type(dc) == LOOM_JSON_OBJECT ? 100 : 0;
 }
 
 /* A required integer >= min from the first of objs[0..n_objs) that has it

@@ -1,14 +1,21 @@
-/* The host services: thread pool, platform file helpers, JSON accessors and
- * the shared matmul kernel against a plain double-precision reference. */
+/* The host services: thread pool, platform file helpers, JSON accessors,
+ * the shared matmul kernel against a plain double-precision reference, and
+ * the tables lent to plugins (their log lines carry their names). */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <loom/checkpoint.h>
 #include <loom/host.h>
+#include <loom/log.h>
+#include <loom/pool.h>
 #include <loom/platform.h>
+#include <loom/registry.h>
+#include <loom/weights.h>
 
 #include "testutil.h"
 
@@ -272,6 +279,84 @@ START_TEST(matmul_rows_independent_of_token_count)
 }
 END_TEST
 
+/* What the log sink writes to stderr while fn(ctx) runs. */
+static char *stderr_of(void (*fn)(void *ctx), void *ctx)
+{
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    ck_assert_ptr_nonnull(tmp);
+    int saved = dup(fileno(stderr));
+    ck_assert_int_ge(saved, 0);
+    ck_assert_int_ge(dup2(fileno(tmp), fileno(stderr)), 0);
+    fn(ctx);
+    fflush(stderr);
+    dup2(saved, fileno(stderr));
+    close(saved);
+    long n = ftell(tmp);
+    ck_assert_int_ge(n, 0);
+    char *text = calloc((size_t)n + 1, 1);
+    rewind(tmp);
+    ck_assert_uint_eq(fread(text, 1, (size_t)n, tmp), (size_t)n);
+    fclose(tmp);
+    return text;
+}
+
+struct log_case {
+    const loom_host *core, *good, *qwen;
+};
+
+static void write_lines(void *ctx)
+{
+    struct log_case *c = ctx;
+    c->core->log(c->core, LOOM_LOG_WARN, "core line %d", 1);
+    c->good->log(c->good, LOOM_LOG_ERROR, "probe saw %s", "nothing");
+    /* a plugin that already names itself is named once */
+    c->qwen->log(c->qwen, LOOM_LOG_WARN, "qwen35: weights stay mapped");
+    /* below the threshold (warning by default): not written */
+    c->good->log(c->good, LOOM_LOG_INFO, "quiet");
+}
+
+START_TEST(plugin_log_lines_carry_the_plugin_name)
+{
+    loom_pool *pool = NULL;
+    loom_err err;
+    ck_assert_int_eq(loom_pool_new(3, &pool, &err), LOOM_OK);
+    loom_host_state hs;
+    loom_host_init(&hs, pool);
+    const char *dirs[1] = {LOOM_TEST_PLUGIN_DIR};
+    loom_registry *reg = NULL;
+    ck_assert_int_eq(loom_registry_load(dirs, 1, &hs, &reg, &err), LOOM_OK);
+    const loom_plugin_ref *good = NULL, *qwen = NULL;
+    for (int i = 0; i < loom_registry_count(reg); i++) {
+        const loom_plugin_ref *r = loom_registry_at(reg, i);
+        if (!strcmp(r->plugin->name, "tp-good"))
+            good = r;
+        if (!strcmp(r->plugin->name, "qwen35"))
+            qwen = r;
+    }
+    ck_assert_ptr_nonnull(good);
+    ck_assert_ptr_nonnull(qwen);
+    /* each plugin has a table of its own, not the core's */
+    ck_assert_ptr_ne(good->host, &hs.host);
+    ck_assert_ptr_ne(good->host, qwen->host);
+
+    struct log_case c = {&hs.host, good->host, qwen->host};
+    char *text = stderr_of(write_lines, &c);
+    ck_assert_str_eq(text, "loom: warning: core line 1\n"
+                           "tp-good: error: probe saw nothing\n"
+                           "qwen35: warning: weights stay mapped\n");
+    free(text);
+
+    /* the lent table shares the core's pool and accounting */
+    ck_assert_int_eq(good->host->n_threads(good->host), 3);
+    good->host->account(good->host, "test", 4096);
+    qwen->host->account(qwen->host, "test", -1024);
+    ck_assert_int_eq(hs.accounted_bytes, 3072);
+    loom_registry_free(reg);
+    loom_pool_free(pool);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("host");
@@ -283,6 +368,7 @@ int main(void)
     tcase_add_test(tc, json_accessors);
     tcase_add_test(tc, matmul_matches_reference);
     tcase_add_test(tc, matmul_rows_independent_of_token_count);
+    tcase_add_test(tc, plugin_log_lines_carry_the_plugin_name);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

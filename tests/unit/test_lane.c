@@ -11,6 +11,7 @@
 
 #include <loom/engine.h>
 #include <loom/lane.h>
+#include <loom/log.h>
 #include <loom/platform.h>
 #include <loom/tokenizer.h>
 

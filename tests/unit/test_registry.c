@@ -6,6 +6,9 @@
 #include <string.h>
 
 #include <loom/checkpoint.h>
+#include <loom/engine.h>
+#include <loom/host.h>
+#include <loom/log.h>
 #include <loom/platform.h>
 #include <loom/registry.h>
 
@@ -18,8 +21,7 @@ static loom_registry *load_with(const char *dir)
     loom_registry *reg = NULL;
     loom_err err;
     const char *dirs[1] = {dir};
-    loom_status rc =
-        loom_registry_load(dirs, dir ? 1 : 0, &hs.host, &reg, &err);
+    loom_status rc = loom_registry_load(dirs, dir ? 1 : 0, &hs, &reg, &err);
     ck_assert_msg(rc == LOOM_OK, "%s", err.msg);
     return reg;
 }
@@ -150,23 +152,6 @@ START_TEST(fixtures_pick_their_families)
 }
 END_TEST
 
-START_TEST(drafter_checkpoints_are_recognised)
-{
-    loom_checkpoint *ckpt = NULL;
-    loom_err err;
-    ck_assert_int_eq(
-        loom_checkpoint_open(fixture("drafters/dflash-tiny"), &ckpt, &err),
-        LOOM_OK);
-    ck_assert_int_eq(loom_checkpoint_is_drafter(ckpt), 1);
-    loom_checkpoint_close(ckpt);
-    ck_assert_int_eq(
-        loom_checkpoint_open(fixture("models/qwen35-tiny"), &ckpt, &err),
-        LOOM_OK);
-    ck_assert_int_eq(loom_checkpoint_is_drafter(ckpt), 0);
-    loom_checkpoint_close(ckpt);
-}
-END_TEST
-
 /* A checkpoint directory holding only config.json with `text`. */
 static const char *config_dir(const char *text)
 {
@@ -174,6 +159,53 @@ static const char *config_dir(const char *text)
     write_text_in(dir, "config.json", text);
     return dir;
 }
+
+static loom_plugin_kind kind_for(loom_registry *reg, const char *dir)
+{
+    loom_checkpoint *ckpt = NULL;
+    loom_err err;
+    loom_status rc = loom_checkpoint_open(dir, &ckpt, &err);
+    ck_assert_msg(rc == LOOM_OK, "%s", err.msg);
+    loom_plugin_kind kind = loom_registry_kind_of(reg, ckpt);
+    loom_checkpoint_close(ckpt);
+    return kind;
+}
+
+/* Whether a checkpoint is a drafter is the plugins' call (their probes),
+ * not the core's: the dflash plugin claims its checkpoints. */
+START_TEST(drafter_checkpoints_are_recognised)
+{
+    loom_registry *reg = load_with(LOOM_TEST_PLUGIN_DIR);
+    ck_assert_int_eq(kind_for(reg, fixture("drafters/dflash-tiny")),
+                     LOOM_PLUGIN_DRAFTER);
+    ck_assert_int_eq(kind_for(reg, fixture("models/qwen35-tiny")),
+                     LOOM_PLUGIN_FAMILY);
+    /* dflash_config marks a drafter even under a family's architecture */
+    const char *dir =
+        config_dir("{\"architectures\": [\"Qwen3_5ForCausalLM\"], "
+                   "\"dflash_config\": {\"mask_token_id\": 1}}");
+    ck_assert_int_eq(kind_for(reg, dir), LOOM_PLUGIN_DRAFTER);
+    /* nobody's checkpoint */
+    dir = config_dir("{\"architectures\": [\"FooForCausalLM\"]}");
+    ck_assert_int_eq(kind_for(reg, dir), 0);
+    loom_registry_free(reg);
+}
+END_TEST
+
+/* The engine refuses to open a drafter as a model, by the drafter's probe. */
+START_TEST(engine_refuses_a_drafter_checkpoint)
+{
+    loom_engine_params p = {0};
+    p.model = fixture("drafters/dflash-tiny");
+    p.n_threads = 1;
+    loom_engine *e = NULL;
+    loom_err err;
+    ck_assert_int_eq(loom_engine_open(&p, &e, &err), LOOM_ERR_INVALID);
+    ck_assert_ptr_null(e);
+    ck_assert_ptr_nonnull(strstr(err.msg, "is a drafter checkpoint"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "dflash-tiny"));
+}
+END_TEST
 
 static loom_status open_and_select(loom_registry *reg, const char *dir,
                                    const char *force, loom_err *err)
@@ -256,6 +288,7 @@ int main(void)
     tc = tcase_create("selection");
     tcase_add_test(tc, fixtures_pick_their_families);
     tcase_add_test(tc, drafter_checkpoints_are_recognised);
+    tcase_add_test(tc, engine_refuses_a_drafter_checkpoint);
     tcase_add_test(tc, unknown_architecture_lists_what_was_seen);
     tcase_add_test(tc, missing_config_is_named);
     tcase_add_test(tc, malformed_config_names_line_and_column);

@@ -9,7 +9,7 @@
 #include <jansson.h>
 
 #include <loom/checkpoint.h>
-#include <loom/host.h>
+#include <loom/weights.h>
 #include <loom/safetensors.h>
 
 #include "testutil.h"

@@ -4,15 +4,13 @@
 #define LOOM_CHECKPOINT_H
 
 #include <jansson.h>
+
+#include <loom/model_id.h>
 #include <loom/status.h>
 
-/* Resolves MODEL (a directory, or an `org/name` id in the local Hugging Face
- * hub cache) to a directory path. */
-loom_status loom_model_resolve(const char *model, char *dir, size_t size,
-                               loom_err *err);
-
-/* Opens config.json (required), generation_config.json and
- * tokenizer_config.json (optional). Tensors are not mapped yet. */
+/* Opens MODEL (a directory or a model id, model_id.h): config.json (required),
+ * generation_config.json and tokenizer_config.json (optional). Tensors are not
+ * mapped yet. */
 loom_status loom_checkpoint_open(const char *model, loom_checkpoint **out,
                                  loom_err *err);
 /* Maps and validates the tensors. Idempotent. */

@@ -6,6 +6,7 @@
 
 #include <loom/checkpoint.h>
 #include <loom/host.h>
+#include <loom/pool.h>
 #include <loom/registry.h>
 
 typedef struct loom_engine_params {

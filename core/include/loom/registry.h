@@ -9,6 +9,9 @@ typedef struct loom_registry loom_registry;
 typedef struct loom_plugin_ref {
     const loom_plugin *plugin;
     const char *path; /* the file it came from */
+    /* The host table lent to this plugin: pass it to every call into the
+     * plugin, so what it logs says which plugin wrote it. */
+    const loom_host *host;
 } loom_plugin_ref;
 
 typedef struct loom_refusal {
@@ -18,9 +21,11 @@ typedef struct loom_refusal {
 
 /* Searches, in order: each of extra_dirs, $LOOM_PLUGIN_PATH, the plugins/
  * directory beside the executable, the install directory. The first plugin
- * of a name wins; later ones of the same name are refused as duplicates. */
+ * of a name wins; later ones of the same name are refused as duplicates.
+ * HOST is lent to each plugin under the plugin's name, and must outlive the
+ * registry. */
 loom_status loom_registry_load(const char *const *extra_dirs, int n_extra,
-                               const loom_host *host, loom_registry **out,
+                               loom_host_state *host, loom_registry **out,
                                loom_err *err);
 void loom_registry_free(loom_registry *reg);
 
@@ -39,7 +44,11 @@ loom_status loom_registry_select(const loom_registry *reg,
                                  const loom_checkpoint *ckpt,
                                  loom_plugin_kind kind, const char *force,
                                  const loom_plugin_ref **out, loom_err *err);
-/* Drafter checkpoints carry dflash_config, or a drafter architecture. */
-int loom_checkpoint_is_drafter(const loom_checkpoint *ckpt);
+/* The kind of plugin that claims a checkpoint most firmly: the kind of the
+ * highest probe score over every plugin, families and drafters alike (on a
+ * tie the drafter's, so a drafter's weights are never opened as a model).
+ * 0 when no plugin claims it. */
+loom_plugin_kind loom_registry_kind_of(const loom_registry *reg,
+                                       const loom_checkpoint *ckpt);
 
 #endif

@@ -1,8 +1,8 @@
 /* The core's log sink: stderr, one line per message, above a level. */
-#include <loom/host.h>
+#include <loom/log.h>
 
-#include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Logging is one of the two places allowed global state (DESIGN.md). */
 static loom_log_level log_threshold = LOOM_LOG_WARN;
@@ -26,15 +26,23 @@ static const char *level_name(loom_log_level l)
     }
 }
 
-static void log_v(loom_log_level level, const char *fmt, va_list ap)
+void loom_log_v(const char *who, loom_log_level level, const char *fmt,
+                va_list ap)
 {
     if (level > log_threshold)
         return;
+    if (!who)
+        who = "loom";
     char line[2048];
     vsnprintf(line, sizeof line, fmt, ap);
+    /* a plugin that names itself in the message is named once */
+    const char *msg = line;
+    size_t n = strlen(who);
+    if (strncmp(msg, who, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
+        msg += n + 2;
     /* one fputs per line so concurrent messages do not interleave */
-    char out[2100];
-    snprintf(out, sizeof out, "loom: %s: %s\n", level_name(level), line);
+    char out[2200];
+    snprintf(out, sizeof out, "%s: %s: %s\n", who, level_name(level), msg);
     fputs(out, stderr);
 }
 
@@ -42,16 +50,6 @@ void loom_log(loom_log_level level, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    log_v(level, fmt, ap);
-    va_end(ap);
-}
-
-void loom__host_log(const loom_host *host, loom_log_level level,
-                    const char *fmt, ...)
-{
-    (void)host;
-    va_list ap;
-    va_start(ap, fmt);
-    log_v(level, fmt, ap);
+    loom_log_v(NULL, level, fmt, ap);
     va_end(ap);
 }

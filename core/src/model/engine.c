@@ -14,14 +14,14 @@ loom_status loom_engine_open(const loom_engine_params *params,
     if (rc != LOOM_OK)
         goto fail;
     loom_host_init(&e->hs, e->pool);
-    rc = loom_registry_load(params->plugin_dirs, params->n_plugin_dirs,
-                            &e->hs.host, &e->registry, err);
+    rc = loom_registry_load(params->plugin_dirs, params->n_plugin_dirs, &e->hs,
+                            &e->registry, err);
     if (rc != LOOM_OK)
         goto fail;
     rc = loom_checkpoint_open(params->model, &e->ckpt, err);
     if (rc != LOOM_OK)
         goto fail;
-    if (loom_checkpoint_is_drafter(e->ckpt)) {
+    if (loom_registry_kind_of(e->registry, e->ckpt) == LOOM_PLUGIN_DRAFTER) {
         rc = loom_err_set(err, LOOM_ERR_INVALID,
                           "%s is a drafter checkpoint, not a model (pass it "
                           "with --drafter)",
@@ -48,7 +48,7 @@ loom_status loom_engine_open(const loom_engine_params *params,
     opt.device = params->device;
     opt.max_context = params->max_context;
     opt.max_rows = params->max_rows > 0 ? params->max_rows : 512;
-    rc = e->family->open(&e->hs.host, e->ckpt, &opt, &e->model, err);
+    rc = e->family->open(e->plugin->host, e->ckpt, &opt, &e->model, err);
     if (rc != LOOM_OK) {
         /* name the plugin unless its message already does */
         const char *name = e->plugin->plugin->name;

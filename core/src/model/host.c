@@ -1,15 +1,15 @@
 /* The loom_host table: the services a plugin gets from the core (config
- * JSON, tensors, thread pool, CPU kernels, accounting). */
+ * JSON, tensors, thread pool, CPU kernels, accounting, its own log name). */
 #include <loom/host.h>
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include <loom/checkpoint.h>
+#include <loom/log.h>
 #include <loom/safetensors.h>
-
-void loom__host_log(const loom_host *host, loom_log_level level,
-                    const char *fmt, ...);
+#include <loom/weights.h>
 
 /* loom_json is a Jansson json_t seen through the ABI. */
 #define J(v) ((json_t *)(v))
@@ -145,10 +145,20 @@ static loom_status LOOM_ABI h_weight_find(const loom_checkpoint *c,
     return loom_weight_find(c, base, rows, cols, out, err);
 }
 
+/* The state that owns the pool and the accounting behind a table. */
 static loom_host_state *state_of(const loom_host *h)
 {
     /* host is the first member of loom_host_state */
-    return (loom_host_state *)h;
+    return ((loom_host_state *)h)->root;
+}
+
+static void LOOM_ABI h_log(const loom_host *h, loom_log_level level,
+                           const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    loom_log_v(((const loom_host_state *)h)->who, level, fmt, ap);
+    va_end(ap);
 }
 
 static int LOOM_ABI h_n_threads(const loom_host *h)
@@ -191,11 +201,12 @@ void loom_host_init(loom_host_state *s, loom_pool *pool)
 {
     memset(s, 0, sizeof *s);
     s->pool = pool;
+    s->root = s;
     loom_host *h = &s->host;
     h->struct_size = sizeof *h;
     h->abi_major = LOOM_ABI_MAJOR;
     h->abi_minor = LOOM_ABI_MINOR;
-    h->log = loom__host_log;
+    h->log = h_log;
     h->config = h_config;
     h->text_config = h_text_config;
     h->generation_config = h_generation_config;
@@ -217,4 +228,13 @@ void loom_host_init(loom_host_state *s, loom_pool *pool)
     h->weight_row = h_weight_row;
     h->account = h_account;
     h->cuda = h_cuda;
+}
+
+void loom_host_lend(loom_host_state *out, loom_host_state *base,
+                    const char *who)
+{
+    loom_host_state *root = base->root;
+    loom_host_init(out, root->pool);
+    out->who = who;
+    out->root = root;
 }

@@ -6,7 +6,7 @@
  * the same instructions, and the weight conversions used are exact. The
  * families' window/commit checks compare logits byte for byte and rely on
  * this. */
-#include <loom/host.h>
+#include <loom/weights.h>
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,10 +1,11 @@
 /* MODEL arguments to directories: a directory as is, or an `org/name` id
  * resolved through the local Hugging Face hub cache (never downloaded). */
+#include <loom/model_id.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <loom/checkpoint.h>
 #include <loom/platform.h>
 
 /* A hub repo id: `name` or `org/name`, each part of [A-Za-z0-9._-], not

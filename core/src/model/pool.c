@@ -1,6 +1,6 @@
 /* The thread pool behind host->parallel_for: persistent workers and the
  * caller claim contiguous parts of a range until none is left. */
-#include <loom/host.h>
+#include <loom/pool.h>
 
 #include <stdatomic.h>
 #include <stdlib.h>

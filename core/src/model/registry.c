@@ -7,12 +7,14 @@
 #include <string.h>
 
 #include <loom/checkpoint.h>
+#include <loom/log.h>
 #include <loom/platform.h>
 
 struct loaded {
     loom_plugin_ref ref;
     loom_dl *dl;
     char *path;
+    loom_host_state *host; /* lent to the plugin (its own address: stable) */
 };
 
 struct refused {
@@ -28,7 +30,7 @@ struct loom_registry {
     int n_refused, cap_refused;
     char **dirs;
     int n_dirs, cap_dirs;
-    const loom_host *host;
+    loom_host_state *host;
 };
 
 static char *dup_str(const char *s)
@@ -143,13 +145,18 @@ static loom_status try_plugin(loom_registry *reg, const char *path)
     }
     struct loaded *l = &reg->plugins[reg->n_plugins];
     l->path = dup_str(path);
-    if (!l->path) {
+    l->host = malloc(sizeof *l->host);
+    if (!l->path || !l->host) {
+        free(l->path);
+        free(l->host);
         loom_dl_close(dl);
         return LOOM_ERR_NOMEM;
     }
+    loom_host_lend(l->host, reg->host, p->name);
     l->dl = dl;
     l->ref.plugin = p;
     l->ref.path = l->path;
+    l->ref.host = &l->host->host;
     reg->n_plugins++;
     return LOOM_OK;
 refuse:
@@ -215,7 +222,7 @@ static loom_status scan_dir(loom_registry *reg, const char *dir, loom_err *err)
 }
 
 loom_status loom_registry_load(const char *const *extra_dirs, int n_extra,
-                               const loom_host *host, loom_registry **out,
+                               loom_host_state *host, loom_registry **out,
                                loom_err *err)
 {
     loom_registry *reg = calloc(1, sizeof *reg);
@@ -282,6 +289,7 @@ void loom_registry_free(loom_registry *reg)
     for (int i = 0; i < reg->n_plugins; i++) {
         loom_dl_close(reg->plugins[i].dl);
         free(reg->plugins[i].path);
+        free(reg->plugins[i].host);
     }
     for (int i = 0; i < reg->n_refused; i++) {
         free(reg->refused[i].path);
@@ -325,26 +333,21 @@ const char *loom_registry_dir_at(const loom_registry *reg, int i)
     return i >= 0 && i < reg->n_dirs ? reg->dirs[i] : NULL;
 }
 
-/* Architecture names that mark a drafter checkpoint even without
- * dflash_config. */
-static const char *const drafter_archs[] = {"DFlashDraftModel", NULL};
-
-int loom_checkpoint_is_drafter(const loom_checkpoint *ckpt)
+loom_plugin_kind loom_registry_kind_of(const loom_registry *reg,
+                                       const loom_checkpoint *ckpt)
 {
-    json_t *cfg = loom_checkpoint_config(ckpt);
-    if (json_object_get(cfg, "dflash_config"))
-        return 1;
-    json_t *archs = json_object_get(cfg, "architectures");
-    size_t i;
-    json_t *a;
-    json_array_foreach(archs, i, a)
-    {
-        const char *s = json_string_value(a);
-        for (int k = 0; s && drafter_archs[k]; k++)
-            if (strcmp(s, drafter_archs[k]) == 0)
-                return 1;
+    loom_plugin_kind kind = 0;
+    int32_t best = 0;
+    for (int i = 0; i < reg->n_plugins; i++) {
+        const loom_plugin_ref *ref = &reg->plugins[i].ref;
+        int32_t s = ref->plugin->probe(ref->host, ckpt);
+        if (s > best ||
+            (s == best && s > 0 && ref->plugin->kind == LOOM_PLUGIN_DRAFTER)) {
+            best = s;
+            kind = (loom_plugin_kind)ref->plugin->kind;
+        }
     }
-    return 0;
+    return kind;
 }
 
 /* "architectures [A, B], model_type T" for error messages. */
@@ -398,7 +401,7 @@ loom_status loom_registry_select(const loom_registry *reg,
         const loom_plugin *p = reg->plugins[i].ref.plugin;
         if (p->kind != (int32_t)kind)
             continue;
-        int32_t s = p->probe(reg->host, ckpt);
+        int32_t s = p->probe(reg->plugins[i].ref.host, ckpt);
         if (s > best_score) {
             best_score = s;
             best = i;

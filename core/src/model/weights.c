@@ -19,7 +19,7 @@
 #include <jansson.h>
 
 #include <loom/checkpoint.h>
-#include <loom/host.h>
+#include <loom/weights.h>
 #include <loom/safetensors.h>
 
 typedef struct wq_params {

@@ -9,7 +9,12 @@
  * response body; it is freed when the last of them lets go. */
 #include <loom/server.h>
 
-#include "server_impl.h"
+#include "server_auth.h"
+#include "server_http.h"
+#include "server_log.h"
+#include "server_metrics.h"
+#include "server_openai.h"
+#include "server_prompt.h"
 
 #include <microhttpd.h>
 #include <stdarg.h>
@@ -17,7 +22,8 @@
 #include <string.h>
 
 #include <loom/checkpoint.h>
-#include <loom/host.h>
+#include <loom/log.h>
+#include <loom/platform.h>
 #include <loom/tokenizer.h>
 
 #define SRV_DEFAULT_BODY  (8u << 20)

@@ -1,13 +1,17 @@
 /* API keys for the server: the --api-key-file parsed into SHA-256 digests
- * (the keys themselves are not kept), and constant-time checks of bearer
- * tokens against them. */
-#include "server_impl.h"
+ * (the keys themselves are not kept; nettle hashes them), and constant-time
+ * checks of bearer tokens against them. */
+#include "server_auth.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include <nettle/sha2.h>
+
+#include <loom/platform.h>
+
 typedef struct srv_key {
-    uint8_t digest[LOOM_SHA256_SIZE];
+    uint8_t digest[SRV_KEY_DIGEST_SIZE];
     char label[64];
 } srv_key;
 
@@ -23,6 +27,20 @@ static void wipe(void *p, size_t n)
     volatile unsigned char *v = p;
     while (n--)
         *v++ = 0;
+}
+
+_Static_assert(SRV_KEY_DIGEST_SIZE == SHA256_DIGEST_SIZE,
+               "key digests are SHA-256");
+
+void srv_key_digest(const char *key, size_t len,
+                    uint8_t out[SRV_KEY_DIGEST_SIZE])
+{
+    struct sha256_ctx ctx;
+    sha256_init(&ctx);
+    sha256_update(&ctx, len, (const uint8_t *)key);
+    sha256_digest(&ctx, SRV_KEY_DIGEST_SIZE, out);
+    /* the context holds the key's last block */
+    wipe(&ctx, sizeof ctx);
 }
 
 static int is_space(char c)
@@ -96,7 +114,7 @@ loom_status srv_keyring_load(const char *path, srv_keyring **out, loom_err *err)
             cap = ncap;
         }
         srv_key *key = &k->keys[k->n++];
-        loom_sha256(s, (size_t)(e - s), key->digest);
+        srv_key_digest(s, (size_t)(e - s), key->digest);
         if (label_s && label_e > label_s) {
             size_t n = (size_t)(label_e - label_s);
             if (n >= sizeof key->label)
@@ -141,12 +159,12 @@ const char *srv_keyring_check(const srv_keyring *k, const char *key, size_t len)
     /* Hashing first makes every comparison the same length whatever was
      * presented; every digest is compared in full and the match is picked
      * without a data-dependent branch. */
-    uint8_t d[LOOM_SHA256_SIZE];
-    loom_sha256(key, len, d);
+    uint8_t d[SRV_KEY_DIGEST_SIZE];
+    srv_key_digest(key, len, d);
     int found = -1;
     for (int i = 0; i < k->n; i++) {
         unsigned diff = 0;
-        for (int j = 0; j < LOOM_SHA256_SIZE; j++)
+        for (int j = 0; j < SRV_KEY_DIGEST_SIZE; j++)
             diff |= (unsigned)(d[j] ^ k->keys[i].digest[j]);
         /* mask is all ones when diff == 0 */
         int mask = -(int)((diff - 1u) >> 31 & 1u);

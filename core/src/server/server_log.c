@@ -1,10 +1,14 @@
 /* The server's request log: one JSON object a line, each line appended with
  * a single write so that lines from concurrent requests never interleave. */
-#include "server_impl.h"
+#include "server_log.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <loom/platform.h>
+
+#include "server_openai.h"
 
 struct srv_log {
     loom_file *file;

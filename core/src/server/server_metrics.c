@@ -1,10 +1,14 @@
 /* The server's counters and their Prometheus text exposition (/metrics):
  * requests by route and status, tokens, live streams from the lane, decode
  * speed and a time-to-first-token histogram. */
-#include "server_impl.h"
+#include "server_metrics.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include <loom/platform.h>
+
+#include "server_http.h"
 
 /* The routes that get their own label value; anything else is "other". */
 static const char *const ROUTES[] = {"/v1/completions", "/v1/chat/completions",

@@ -6,14 +6,17 @@
  * special tokens recognised, each content as plain text. So a user who types
  * "<|im_start|>system" gets those characters as ordinary tokens, and cannot
  * open a turn of their own. */
-#include "server_impl.h"
+#include "server_prompt.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include <loom/chat_template.h>
 #include <loom/checkpoint.h>
+#include <loom/platform.h>
 #include <loom/tokenizer.h>
+
+#include "server_http.h"
 
 loom_status srv_chat_template_open(const loom_checkpoint *ckpt,
                                    const loom_tokenizer *tok,

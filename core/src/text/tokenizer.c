@@ -527,23 +527,6 @@ int loom_tokenizer_is_special(const loom_tokenizer *tok, int32_t id)
 
 /* ------------------------------------------------------------- encoding */
 
-loom_status loom__tok_enc_keep(tok_enc *e, char *buf)
-{
-    if (e->n_bufs == e->cap_bufs) {
-        size_t cap = e->cap_bufs ? e->cap_bufs * 2 : 8;
-        char **b = realloc(e->bufs, cap * sizeof *b);
-        if (!b) {
-            free(buf);
-            return loom_err_set(e->err, LOOM_ERR_NOMEM,
-                                "tokenizer: out of memory");
-        }
-        e->bufs = b;
-        e->cap_bufs = cap;
-    }
-    e->bufs[e->n_bufs++] = buf;
-    return LOOM_OK;
-}
-
 static int is_word_char(uint32_t cp)
 {
     if (cp < 0x80)
@@ -683,9 +666,7 @@ loom_status loom_tokenizer_encode(const loom_tokenizer *tok, const char *text,
         st = split_added(&e, text, len, 0, raw_piece);
     loom__tok_cache_free(e.cache);
     pcre2_match_data_free(e.md);
-    for (size_t i = 0; i < e.n_bufs; i++)
-        free(e.bufs[i]);
-    free(e.bufs);
+    loom__tok_enc_release(&e);
     if (st != LOOM_OK) {
         free(e.out.v);
         return st;

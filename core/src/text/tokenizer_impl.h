@@ -1,6 +1,7 @@
 /* The tokenizer's internal layout, shared by tokenizer.c (loading and the
- * encode driver), tok_bpe.c (vocabulary maps and merges), tok_pretok.c
- * (normalizers and pre-tokenizers) and tok_decode.c (bytes back to text). */
+ * encode driver), tok_enc.c (the encoder's segment store), tok_bpe.c
+ * (vocabulary maps and merges), tok_pretok.c (normalizers and
+ * pre-tokenizers) and tok_decode.c (bytes back to text). */
 #ifndef LOOM_TOKENIZER_IMPL_H
 #define LOOM_TOKENIZER_IMPL_H
 
@@ -156,8 +157,11 @@ typedef struct tok_enc {
     char **bufs;
     size_t n_bufs, cap_bufs;
 } tok_enc;
-/* Hands BUF to the call (freed at its end); frees it on failure. */
+/* Hands BUF to the call (freed at its end); frees it on failure. The
+ * segment store (tok_enc.c). */
 loom_status loom__tok_enc_keep(tok_enc *e, char *buf);
+/* Frees every buffer handed to the call. */
+void loom__tok_enc_release(tok_enc *e);
 
 /* Normalizes s[0..len) with every normalizer step into *out (malloc'd; set
  * to NULL with *out_len = len when nothing changes). */

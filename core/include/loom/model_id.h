@@ -1,0 +1,15 @@
+/* Model ids: a checkpoint directory, or an `org/name` id found in the local
+ * Hugging Face hub cache (model_id.c). */
+#ifndef LOOM_MODEL_ID_H
+#define LOOM_MODEL_ID_H
+
+#include <stddef.h>
+
+#include <loom/status.h>
+
+/* Resolves MODEL (a directory, or an `org/name` id in the local Hugging Face
+ * hub cache) to a directory path. */
+loom_status loom_model_resolve(const char *model, char *dir, size_t size,
+                               loom_err *err);
+
+#endif
