@@ -1048,6 +1048,31 @@ START_TEST(generation_config_eos_is_merged_once_by_the_family)
 }
 END_TEST
 
+/* loom_lane_add copies the bias: the caller's array may change after. */
+START_TEST(the_stream_keeps_the_bias_it_was_added_with)
+{
+    loom_engine *e = open_toy(0);
+    loom_lane *lane = new_lane(e, 2, 16, 0);
+    static const int32_t prompt[2] = {4, 5};
+    loom_logit_bias bias[1] = {{17, 100.0f}};
+    loom_sample_params sp;
+    loom_sample_params_default(&sp);
+    sp.temperature = 0;
+    sp.bias = bias;
+    sp.n_bias = 1;
+    collector c = {0};
+    add_stream(lane, prompt, 2, &sp, 6, &c);
+    bias[0].token = 23;
+    run_idle(lane);
+    assert_well_formed(&c);
+    ck_assert_int_eq(c.n, 6);
+    for (int32_t i = 0; i < c.n; i++)
+        ck_assert_int_eq(c.tokens[i], 17);
+    loom_lane_free(lane);
+    loom_engine_close(e);
+}
+END_TEST
+
 START_TEST(bad_streams_are_refused)
 {
     loom_engine *e = open_toy(0);
@@ -1484,6 +1509,7 @@ static Suite *suite(void)
     tcase_add_test(t, generation_config_eos_is_merged_once_by_the_family);
     tcase_add_test(t, cancel_by_id_reaches_exactly_its_streams_among_thousands);
     tcase_add_test(t, token_bytes_are_the_bytes_the_text_is_made_of);
+    tcase_add_test(t, the_stream_keeps_the_bias_it_was_added_with);
     tcase_add_test(t, bad_streams_are_refused);
     tcase_add_test(t, failed_forward_ends_its_round_with_errors);
     tcase_add_test(t, logprobs_reach_the_events);
