@@ -192,9 +192,10 @@ int loom_cmd_run(int argc, char **argv)
     const char *stops[MAX_STOP];
     int n_stop = 0, chat = 0, print_ids = 0, stats = 0, ignore_eos = 0;
     int64_t max_tokens = 128, chunk = 0;
-    /* sampling options given on the command line; NAN / -1: not given */
+    /* sampling options given on the command line; NAN: not given (their
+     * ranges are checked once, by loom_lane_add) */
     double temp = NAN, top_p = NAN, min_p = NAN, rep = NAN, pres = NAN,
-           freq = NAN, top_k = -1;
+           freq = NAN, top_k = NAN;
     uint64_t seed = 0;
     int has_seed = 0;
     for (int i = 1; i < argc; i++) {
@@ -257,7 +258,7 @@ int loom_cmd_run(int argc, char **argv)
                 temp = d;
             else if (!strcmp(a, "--top-k")) {
                 top_k = d;
-                bad = d < 0 || d != floor(d) || d > INT32_MAX;
+                bad = d != floor(d) || d < INT32_MIN || d > INT32_MAX;
             } else if (!strcmp(a, "--top-p"))
                 top_p = d;
             else if (!strcmp(a, "--min-p"))
@@ -355,7 +356,7 @@ int loom_cmd_run(int argc, char **argv)
     generation_defaults(e, &sp.sample);
     if (!isnan(temp))
         sp.sample.temperature = (float)temp;
-    if (top_k >= 0)
+    if (!isnan(top_k))
         sp.sample.top_k = (int32_t)top_k;
     if (!isnan(top_p))
         sp.sample.top_p = (float)top_p;

@@ -211,7 +211,7 @@ loom_status q35_geometry_parse(const loom_host *host,
         tie = host->json_get(root, "tie_word_embeddings");
     g->tied = host->json_type(tie) == LOOM_JSON_BOOL ? host->json_bool(tie) : 0;
 
-    loom_cfg_eos_ids(host, ckpt, 0, g->eos, &g->n_eos);
+    loom_cfg_eos_ids(host, ckpt, g->vocab, g->eos, &g->n_eos);
     return LOOM_OK;
 }
 

@@ -7,10 +7,12 @@
  * config.json fields: vocab_size (64), eos_token_id (int or list; 63),
  * max_position_embeddings (4096), toy_eos_at (the eos logit jumps to the
  * top from this position on; 0: never), toy_fail_token (a round holding a
- * row with this token fails; -1: never). */
+ * row with this token fails; -1: never). It reports the eos ids the SDK
+ * merges from config.json and generation_config.json (loom_cfg_eos_ids). */
 #include <string.h>
 #include <stdlib.h>
 
+#include <loom/config.h>
 #include <loom/plugin.h>
 
 #define TOY_MAGIC 0x746f7931u
@@ -18,8 +20,10 @@
 typedef struct toy_model {
     const loom_host *host;
     int32_t vocab;
-    int32_t n_eos;
+    int32_t n_eos; /* config.json's: their logits are shaped */
     int32_t eos[LOOM_MAX_EOS];
+    int32_t n_stop_ids; /* reported: the SDK's merge with generation_config */
+    int32_t stop_ids[LOOM_MAX_EOS];
     int64_t max_context;
     int32_t max_rows;
     int32_t eos_at;
@@ -109,6 +113,9 @@ static loom_status LOOM_ABI toy_open(const loom_host *h,
     } else {
         m.eos[m.n_eos++] = m.vocab - 1;
     }
+    loom_cfg_eos_ids(h, c, m.vocab, m.stop_ids, &m.n_stop_ids);
+    if (m.n_stop_ids == 0)
+        m.stop_ids[m.n_stop_ids++] = m.vocab - 1;
     m.max_context = cfg_int(h, cfg, "max_position_embeddings", 4096);
     if (o->max_context > 0 && o->max_context < m.max_context)
         m.max_context = o->max_context;
@@ -135,9 +142,9 @@ static void LOOM_ABI toy_describe(const loom_model *model,
     info->vocab = m->vocab;
     info->hidden = 8;
     info->n_layers = 1;
-    info->n_eos = m->n_eos;
-    for (int32_t i = 0; i < m->n_eos; i++)
-        info->eos[i] = m->eos[i];
+    info->n_eos = m->n_stop_ids;
+    for (int32_t i = 0; i < m->n_stop_ids; i++)
+        info->eos[i] = m->stop_ids[i];
     info->max_context = m->max_context;
     info->layer_kinds = "-";
     info->cache_bytes_fixed = sizeof(struct loom_cache);

@@ -548,6 +548,125 @@ START_TEST(thousand_streams_leave_the_pool_as_it_started)
 }
 END_TEST
 
+/* ---- cancellation by id */
+
+/* What one of many streams got: counts only. */
+typedef struct tally {
+    int n_final, n_tokens, after_final;
+    loom_finish finish;
+} tally;
+
+static int count_event(void *user, const loom_lane_event *ev)
+{
+    tally *t = (tally *)user;
+    if (t->n_final)
+        t->after_final++;
+    if (ev->token >= 0)
+        t->n_tokens++;
+    if (ev->finish != LOOM_FINISH_NONE) {
+        t->n_final++;
+        t->finish = ev->finish;
+    }
+    return 0;
+}
+
+START_TEST(cancel_by_id_reaches_exactly_its_streams_among_thousands)
+{
+    enum { N = 3000 };
+    loom_engine *e = open_toy(0);
+    loom_lane *lane = new_lane(e, 4, 16, 0);
+    loom_sample_params sp;
+    loom_sample_params_default(&sp);
+    sp.temperature = 0;
+    tally *t = calloc(N, sizeof *t);
+    uint64_t *id = calloc(N, sizeof *id);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_ptr_nonnull(id);
+    for (int i = 0; i < N; i++) {
+        int32_t prompt[2] = {i % 60, 1 + i % 7};
+        loom_stream_params p;
+        memset(&p, 0, sizeof p);
+        p.prompt = prompt;
+        p.n_prompt = 2;
+        p.sample = sp;
+        p.max_tokens = 2;
+        p.cb = count_event;
+        p.user = &t[i];
+        loom_err err;
+        ck_assert_msg(loom_lane_add(lane, &p, &id[i], &err) == LOOM_OK, "%s",
+                      err.msg);
+    }
+    /* every third, newest first, some twice; ids never given are ignored */
+    int n_cancel = 0;
+    for (int i = N - 1; i >= 0; i--)
+        if (i % 3 == 0) {
+            loom_lane_cancel(lane, id[i]);
+            n_cancel++;
+        }
+    for (int i = 0; i < N; i += 300)
+        loom_lane_cancel(lane, id[i]);
+    loom_lane_cancel(lane, 0);
+    loom_lane_cancel(lane, id[N - 1] + 1);
+    loom_lane_cancel(lane, UINT64_MAX);
+    ck_assert_int_eq(loom_lane_pending(lane), N);
+
+    /* one round ends them all, before any takes a row */
+    ck_assert_int_eq(loom_lane_step(lane, NULL, NULL), LOOM_OK);
+    for (int i = 0; i < N; i++) {
+        if (i % 3 == 0) {
+            ck_assert_int_eq(t[i].n_final, 1);
+            ck_assert_int_eq(t[i].finish, LOOM_FINISH_CANCELLED);
+            ck_assert_int_eq(t[i].n_tokens, 0);
+        } else {
+            ck_assert_int_eq(t[i].n_final, 0);
+        }
+    }
+    ck_assert_int_eq(loom_lane_pending(lane), N - n_cancel);
+
+    /* more cancels between rounds, after the table lost a thousand ids:
+     * the second half of the i % 3 == 1 streams, and one running now */
+    int running = -1;
+    for (int i = 0; i < N && running < 0; i++)
+        if (t[i].n_tokens == 1 && !t[i].n_final)
+            running = i;
+    ck_assert_int_ge(running, 0);
+    loom_lane_cancel(lane, id[running]);
+    for (int i = N / 2; i < N; i++)
+        if (i % 3 == 1)
+            loom_lane_cancel(lane, id[i]);
+    run_idle(lane);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(t[i].n_final, 1);
+        ck_assert_int_eq(t[i].after_final, 0);
+        int cancelled = i % 3 == 0 || (i >= N / 2 && i % 3 == 1);
+        if (i == running) {
+            ck_assert_int_eq(t[i].finish, LOOM_FINISH_CANCELLED);
+            ck_assert_int_eq(t[i].n_tokens, 1);
+        } else if (cancelled) {
+            ck_assert_int_eq(t[i].finish, LOOM_FINISH_CANCELLED);
+            ck_assert_int_eq(t[i].n_tokens, 0);
+        } else {
+            ck_assert_int_eq(t[i].finish, LOOM_FINISH_LENGTH);
+            ck_assert_int_eq(t[i].n_tokens, 2);
+        }
+    }
+    /* a finished id is unknown now: no event, nothing pending */
+    loom_lane_cancel(lane, id[2]);
+    ck_assert_int_eq(loom_lane_pending(lane), 0);
+    ck_assert_int_eq(loom_lane_step(lane, NULL, NULL), LOOM_OK);
+    ck_assert_int_eq(t[2].n_final, 1);
+    loom_lane_stats st;
+    loom_lane_get_stats(lane, &st);
+    ck_assert_uint_eq(st.streams_finished, N);
+    ck_assert_int_eq(st.queued, 0);
+    ck_assert_int_eq(st.active, 0);
+    loom_lane_free(lane);
+    free(t);
+    free(id);
+    loom_engine_close(e);
+}
+END_TEST
+
 /* ---- text: a piece function over the toy vocabulary */
 
 typedef struct pieces {
@@ -729,6 +848,64 @@ START_TEST(text_is_released_in_whole_utf8_characters)
 }
 END_TEST
 
+START_TEST(token_bytes_are_the_bytes_the_text_is_made_of)
+{
+    loom_engine *e = open_toy(0);
+    pieces p;
+    default_pieces(&p);
+    strcpy(p.s[9], "\xE2\x82"); /* half a character stays half */
+    loom_lane *lane = text_lane(e, &p);
+    for (int32_t t = 0; t < 64; t++) {
+        size_t n = 99;
+        const char *b = loom_lane_token_bytes(lane, t, &n);
+        ck_assert_ptr_nonnull(b);
+        ck_assert_uint_eq(n, strlen(p.s[t]));
+        ck_assert_int_eq(memcmp(b, p.s[t], n), 0);
+    }
+    size_t n = 99;
+    ck_assert_ptr_null(loom_lane_token_bytes(lane, 64, &n));
+    ck_assert_uint_eq(n, 0);
+    ck_assert_ptr_null(loom_lane_token_bytes(lane, -1, &n));
+    /* the pieces were taken at loom_lane_new: the stream's text and the
+     * token bytes agree even when the caller's table changes after */
+    default_pieces(&p);
+    loom_stream_params sp;
+    memset(&sp, 0, sizeof sp);
+    sp.prompt = text_prompt;
+    sp.n_prompt = 6;
+    loom_sample_params_default(&sp.sample);
+    sp.sample.temperature = 0;
+    sp.max_tokens = 16;
+    collector c = {0};
+    sp.cb = collect;
+    sp.user = &c;
+    loom_err err;
+    ck_assert_msg(loom_lane_add(lane, &sp, NULL, &err) == LOOM_OK, "%s",
+                  err.msg);
+    run_idle(lane);
+    assert_well_formed(&c);
+    char want[1024] = "";
+    size_t nw = 0;
+    for (int32_t i = 0; i < c.n; i++) {
+        const char *b = loom_lane_token_bytes(lane, c.tokens[i], &n);
+        memcpy(want + nw, b, n);
+        nw += n;
+    }
+    want[nw] = '\0';
+    if (nw >= 2 && (unsigned char)want[nw - 1] == 0x82 &&
+        (unsigned char)want[nw - 2] == 0xE2)
+        strcpy(want + nw - 2, "\xEF\xBF\xBD"); /* flushed as U+FFFD */
+    ck_assert_str_eq(c.text, want);
+    loom_lane_free(lane);
+
+    /* a lane without text has no bytes */
+    lane = new_lane(e, 1, 16, 0);
+    ck_assert_ptr_null(loom_lane_token_bytes(lane, 3, &n));
+    loom_lane_free(lane);
+    loom_engine_close(e);
+}
+END_TEST
+
 START_TEST(eos_max_tokens_and_context_end_streams)
 {
     /* eos becomes the argmax at position 12: a 5-token prompt stops after
@@ -830,6 +1007,68 @@ START_TEST(generation_config_eos_ids_stop_streams_too)
     ck_assert_int_eq(c.finish, LOOM_FINISH_STOP);
     ck_assert_int_eq(c.n, first + 1);
     ck_assert_int_eq(c.final_token, g[5]);
+    loom_lane_free(lane);
+    loom_engine_close(e);
+}
+END_TEST
+
+START_TEST(generation_config_eos_is_merged_once_by_the_family)
+{
+    /* the greedy run's 6th token, named twice by generation_config beside
+     * config.json's 63 and two ids outside the vocabulary of 64 */
+    loom_engine *e = open_toy(0);
+    static const int32_t prompt[4] = {2, 7, 1, 8};
+    loom_sample_params sp;
+    loom_sample_params_default(&sp);
+    sp.temperature = 0;
+    int32_t g[MAXTOK];
+    ck_assert_int_eq(reference(e, prompt, 4, &sp, 12, 4096, g), 12);
+    loom_engine_close(e);
+    ck_assert_int_ne(g[5], 63);
+    int first = 5;
+    for (int i = 0; i < 5; i++)
+        if (g[i] == g[5])
+            first = i;
+    char gen[160];
+    snprintf(gen, sizeof gen, "{\"eos_token_id\": [63, %d, 64, %d, -1]}", g[5],
+             g[5]);
+    e = open_toy_gen("\"model_type\": \"toy\"", gen);
+    ck_assert_int_eq(e->info.n_eos, 2);
+    ck_assert_int_eq(e->info.eos[0], 63);
+    ck_assert_int_eq(e->info.eos[1], g[5]);
+    loom_lane *lane = new_lane(e, 4, 16, 0);
+    collector c = {0};
+    add_stream(lane, prompt, 4, &sp, 12, &c);
+    run_idle(lane);
+    assert_well_formed(&c);
+    ck_assert_int_eq(c.finish, LOOM_FINISH_STOP);
+    ck_assert_int_eq(c.n, first + 1);
+    ck_assert_int_eq(c.final_token, g[5]);
+    loom_lane_free(lane);
+    loom_engine_close(e);
+}
+END_TEST
+
+/* loom_lane_add copies the bias: the caller's array may change after. */
+START_TEST(the_stream_keeps_the_bias_it_was_added_with)
+{
+    loom_engine *e = open_toy(0);
+    loom_lane *lane = new_lane(e, 2, 16, 0);
+    static const int32_t prompt[2] = {4, 5};
+    loom_logit_bias bias[1] = {{17, 100.0f}};
+    loom_sample_params sp;
+    loom_sample_params_default(&sp);
+    sp.temperature = 0;
+    sp.bias = bias;
+    sp.n_bias = 1;
+    collector c = {0};
+    add_stream(lane, prompt, 2, &sp, 6, &c);
+    bias[0].token = 23;
+    run_idle(lane);
+    assert_well_formed(&c);
+    ck_assert_int_eq(c.n, 6);
+    for (int32_t i = 0; i < c.n; i++)
+        ck_assert_int_eq(c.tokens[i], 17);
     loom_lane_free(lane);
     loom_engine_close(e);
 }
@@ -1268,6 +1507,10 @@ static Suite *suite(void)
     tcase_add_test(t, text_is_released_in_whole_utf8_characters);
     tcase_add_test(t, eos_max_tokens_and_context_end_streams);
     tcase_add_test(t, generation_config_eos_ids_stop_streams_too);
+    tcase_add_test(t, generation_config_eos_is_merged_once_by_the_family);
+    tcase_add_test(t, cancel_by_id_reaches_exactly_its_streams_among_thousands);
+    tcase_add_test(t, token_bytes_are_the_bytes_the_text_is_made_of);
+    tcase_add_test(t, the_stream_keeps_the_bias_it_was_added_with);
     tcase_add_test(t, bad_streams_are_refused);
     tcase_add_test(t, failed_forward_ends_its_round_with_errors);
     tcase_add_test(t, logprobs_reach_the_events);

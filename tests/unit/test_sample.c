@@ -560,6 +560,70 @@ START_TEST(bad_parameters_are_refused_by_name)
 }
 END_TEST
 
+START_TEST(the_check_names_the_api_parameter_at_fault)
+{
+    loom_sample_params sp;
+    loom_err err;
+    const char *field = "unset";
+#define NAMES(stmt, name)                                                      \
+    do {                                                                       \
+        loom_sample_params_default(&sp);                                       \
+        stmt;                                                                  \
+        ck_assert_int_ne(                                                      \
+            loom_sample_params_check_field(&sp, 10, &field, &err), LOOM_OK);   \
+        ck_assert_ptr_nonnull(field);                                          \
+        ck_assert_str_eq(field, name);                                         \
+    } while (0)
+    NAMES(sp.temperature = -1, "temperature");
+    NAMES(sp.top_k = -2, "top_k");
+    NAMES(sp.top_p = 0, "top_p");
+    NAMES(sp.min_p = -0.5f, "min_p");
+    NAMES(sp.repeat_penalty = 0, "repetition_penalty");
+    NAMES(sp.presence_penalty = NAN, "presence_penalty");
+    NAMES(sp.frequency_penalty = INFINITY, "frequency_penalty");
+    NAMES(sp.n_logprobs = -2, "logprobs");
+    static const loom_logit_bias far[1] = {{10, 1.0f}};
+    NAMES((sp.bias = far, sp.n_bias = 1), "logit_bias");
+#undef NAMES
+    loom_sample_params_default(&sp);
+    ck_assert_int_eq(loom_sample_params_check_field(&sp, 10, &field, &err),
+                     LOOM_OK);
+    ck_assert_ptr_null(field);
+    ck_assert_int_eq(loom_sample_params_check_field(&sp, 10, NULL, &err),
+                     LOOM_OK);
+    /* vocab 0: not known yet, so only negative bias ids are refused */
+    static const loom_logit_bias big[1] = {{100000, 1.0f}};
+    static const loom_logit_bias neg[1] = {{-1, 1.0f}};
+    sp.bias = big;
+    sp.n_bias = 1;
+    ck_assert_int_eq(loom_sample_params_check(&sp, 0, &err), LOOM_OK);
+    ck_assert_int_ne(loom_sample_params_check(&sp, 100000, &err), LOOM_OK);
+    sp.bias = neg;
+    ck_assert_int_ne(loom_sample_params_check(&sp, 0, &err), LOOM_OK);
+    ck_assert_ptr_nonnull(strstr(err.msg, "logit_bias token -1"));
+}
+END_TEST
+
+/* The sampler copies the bias: the caller's array may change after. */
+START_TEST(sampler_keeps_its_own_copy_of_the_bias)
+{
+    loom_logit_bias bias[1] = {{2, 100.0f}};
+    loom_sample_params sp;
+    loom_sample_params_default(&sp);
+    sp.temperature = 0;
+    sp.bias = bias;
+    sp.n_bias = 1;
+    loom_sampler *s = NULL;
+    ck_assert_int_eq(loom_sampler_new(&sp, 4, 0, &s, NULL), LOOM_OK);
+    bias[0].token = 3;
+    const float l[4] = {1, 0, 0, 0};
+    loom_sample_result r;
+    loom_sampler_sample(s, l, 1, &r);
+    ck_assert_int_eq(r.token, 2);
+    loom_sampler_free(s);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("sample");
@@ -581,6 +645,8 @@ static Suite *suite(void)
     tcase_add_test(t, seeded_draws_repeat_in_any_order);
     tcase_add_test(t, logprobs_are_log_softmax_of_raw_logits);
     tcase_add_test(t, bad_parameters_are_refused_by_name);
+    tcase_add_test(t, the_check_names_the_api_parameter_at_fault);
+    tcase_add_test(t, sampler_keeps_its_own_copy_of_the_bias);
     suite_add_tcase(s, t);
     return s;
 }

@@ -79,7 +79,8 @@ typedef struct loom_stream_params {
 
 /* Maps token id -> its bytes for lanes without a tokenizer (tests, tools):
  * writes at most cap bytes, returns the full length. Used only when
- * `tokenizer` is NULL. */
+ * `tokenizer` is NULL, and only inside loom_lane_new, which asks it for
+ * every token of the vocabulary once and keeps the bytes. */
 typedef size_t (*loom_lane_piece_fn)(void *ctx, int32_t token, char *buf,
                                      size_t cap);
 
@@ -137,6 +138,15 @@ void loom_lane_stop(loom_lane *lane);
 loom_status loom_lane_step(loom_lane *lane, int32_t *n_rows, loom_err *err);
 /* Streams not yet finished (active + queued) [any-thread]. */
 int32_t loom_lane_pending(loom_lane *lane);
+
+/* The bytes of a token from the source the lane's streams get their text
+ * from (the bytes the tokenizer's detokenizer reads, or the piece
+ * function's), for logprobs [thread-safe]. Special tokens have their bytes
+ * here though the stream's text leaves them out. *len is set; NULL (and 0)
+ * for an id without bytes or a lane without text. Valid while the lane and
+ * its tokenizer are. */
+const char *loom_lane_token_bytes(const loom_lane *lane, int32_t token,
+                                  size_t *len);
 
 /* Counters for /metrics and --stats [any-thread]. */
 typedef struct loom_lane_stats {

@@ -33,7 +33,8 @@ typedef struct loom_sample_params {
     float frequency_penalty;
     /* Only the last N tokens count for the penalties; 0: all of them. */
     int32_t penalty_last_n;
-    const loom_logit_bias *bias; /* copied by loom_sampler_new */
+    const loom_logit_bias *bias; /* copied by loom_sampler_new and
+                                    loom_lane_add */
     int32_t n_bias;
     uint64_t seed;
     int32_t has_seed; /* 0: a random seed is chosen and reported back */
@@ -43,9 +44,18 @@ typedef struct loom_sample_params {
 } loom_sample_params;
 
 void loom_sample_params_default(loom_sample_params *p);
-/* Checks ranges; the message names the field and its value. */
+/* The one check of sampling parameters, which the server, the CLI (through
+ * loom_lane_add) and the lane all use: ranges, and bias ids inside the
+ * vocabulary (vocab 0: not known yet, ids only checked >= 0). The message
+ * names the field and its value. */
 loom_status loom_sample_params_check(const loom_sample_params *p, int32_t vocab,
                                      loom_err *err);
+/* The same check; *field (may be NULL) gets the parameter at fault as the
+ * OpenAI API spells it ("temperature", "top_p", "repetition_penalty",
+ * "logprobs", "logit_bias", ...), or NULL when all is well. */
+loom_status loom_sample_params_check_field(const loom_sample_params *p,
+                                           int32_t vocab, const char **field,
+                                           loom_err *err);
 
 typedef struct loom_token_logprob {
     int32_t token;
@@ -65,7 +75,8 @@ typedef struct loom_sample_result {
  * need, and scratch of vocab floats. Not thread-safe; one per stream. */
 typedef struct loom_sampler loom_sampler;
 
-/* `random_seed` is used when params->has_seed is 0. */
+/* Checks params (loom_sample_params_check) and copies them, bias included.
+ * `random_seed` is used when params->has_seed is 0. */
 loom_status loom_sampler_new(const loom_sample_params *params, int32_t vocab,
                              uint64_t random_seed, loom_sampler **out,
                              loom_err *err);

@@ -6,6 +6,8 @@
 
 #include <loom/sample.h>
 
+#include "lane_impl.h"
+
 void loom_sample_params_default(loom_sample_params *p)
 {
     memset(p, 0, sizeof *p);
@@ -17,50 +19,71 @@ void loom_sample_params_default(loom_sample_params *p)
     p->n_logprobs = -1;
 }
 
+/* The one check of a request's sampling parameters; *field gets the
+ * parameter at fault as the OpenAI API spells it. */
+static loom_status params_check(const loom_sample_params *p, int32_t vocab,
+                                const char **field, loom_err *err)
+{
+#define BAD(name, code, ...)                                                   \
+    (*field = (name), loom_err_set(err, code, __VA_ARGS__))
+    if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
+        return BAD("temperature", LOOM_ERR_RANGE,
+                   "temperature %g: must be >= 0", (double)p->temperature);
+    if (p->top_k < 0)
+        return BAD("top_k", LOOM_ERR_RANGE, "top_k %d: must be >= 0", p->top_k);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+        return BAD("top_p", LOOM_ERR_RANGE, "top_p %g: must be in (0, 1]",
+                   (double)p->top_p);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+        return BAD("min_p", LOOM_ERR_RANGE, "min_p %g: must be in [0, 1]",
+                   (double)p->min_p);
+    if (!(p->repeat_penalty > 0.0f) || !isfinite(p->repeat_penalty))
+        return BAD("repetition_penalty", LOOM_ERR_RANGE,
+                   "repeat_penalty %g: must be > 0", (double)p->repeat_penalty);
+    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
+        return BAD(isfinite(p->presence_penalty) ? "frequency_penalty"
+                                                 : "presence_penalty",
+                   LOOM_ERR_RANGE, "presence/frequency penalty must be finite");
+    if (p->penalty_last_n < 0)
+        return BAD("penalty_last_n", LOOM_ERR_RANGE,
+                   "penalty_last_n %d: must be >= 0", p->penalty_last_n);
+    if (p->n_logprobs < -1 || p->n_logprobs > LOOM_MAX_TOP_LOGPROBS)
+        return BAD("logprobs", LOOM_ERR_RANGE,
+                   "logprobs %d: must be in [0, %d]", p->n_logprobs,
+                   LOOM_MAX_TOP_LOGPROBS);
+    if (p->n_bias < 0 || (p->n_bias > 0 && !p->bias))
+        return BAD("logit_bias", LOOM_ERR_INVALID, "logit_bias: %d entries",
+                   p->n_bias);
+    for (int32_t i = 0; i < p->n_bias; i++) {
+        if (p->bias[i].token < 0 || (vocab > 0 && p->bias[i].token >= vocab))
+            return BAD("logit_bias", LOOM_ERR_RANGE,
+                       "logit_bias token %d: vocabulary is %d",
+                       p->bias[i].token, vocab);
+        if (isnan(p->bias[i].bias))
+            return BAD("logit_bias", LOOM_ERR_RANGE,
+                       "logit_bias of token %d is NaN", p->bias[i].token);
+    }
+    *field = NULL;
+    return LOOM_OK;
+#undef BAD
+}
+
 loom_status loom_sample_params_check(const loom_sample_params *p, int32_t vocab,
                                      loom_err *err)
 {
-    if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
-        return loom_err_set(err, LOOM_ERR_RANGE, "temperature %g: must be >= 0",
-                            (double)p->temperature);
-    if (p->top_k < 0)
-        return loom_err_set(err, LOOM_ERR_RANGE, "top_k %d: must be >= 0",
-                            p->top_k);
-    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
-        return loom_err_set(err, LOOM_ERR_RANGE, "top_p %g: must be in (0, 1]",
-                            (double)p->top_p);
-    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
-        return loom_err_set(err, LOOM_ERR_RANGE, "min_p %g: must be in [0, 1]",
-                            (double)p->min_p);
-    if (!(p->repeat_penalty > 0.0f) || !isfinite(p->repeat_penalty))
-        return loom_err_set(err, LOOM_ERR_RANGE,
-                            "repeat_penalty %g: must be > 0",
-                            (double)p->repeat_penalty);
-    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
-        return loom_err_set(err, LOOM_ERR_RANGE,
-                            "presence/frequency penalty must be finite");
-    if (p->penalty_last_n < 0)
-        return loom_err_set(err, LOOM_ERR_RANGE,
-                            "penalty_last_n %d: must be >= 0",
-                            p->penalty_last_n);
-    if (p->n_logprobs < -1 || p->n_logprobs > LOOM_MAX_TOP_LOGPROBS)
-        return loom_err_set(err, LOOM_ERR_RANGE,
-                            "logprobs %d: must be in [0, %d]", p->n_logprobs,
-                            LOOM_MAX_TOP_LOGPROBS);
-    if (p->n_bias < 0 || (p->n_bias > 0 && !p->bias))
-        return loom_err_set(err, LOOM_ERR_INVALID, "logit_bias: %d entries",
-                            p->n_bias);
-    for (int32_t i = 0; i < p->n_bias; i++) {
-        if (p->bias[i].token < 0 || p->bias[i].token >= vocab)
-            return loom_err_set(err, LOOM_ERR_RANGE,
-                                "logit_bias token %d: vocabulary is %d",
-                                p->bias[i].token, vocab);
-        if (isnan(p->bias[i].bias))
-            return loom_err_set(err, LOOM_ERR_RANGE,
-                                "logit_bias of token %d is NaN",
-                                p->bias[i].token);
-    }
-    return LOOM_OK;
+    const char *field;
+    return params_check(p, vocab, &field, err);
+}
+
+loom_status loom_sample_params_check_field(const loom_sample_params *p,
+                                           int32_t vocab, const char **field,
+                                           loom_err *err)
+{
+    const char *f;
+    loom_status rc = params_check(p, vocab, &f, err);
+    if (field)
+        *field = f;
+    return rc;
 }
 
 /* ---------------------------------------------------------------- noise */
@@ -357,8 +380,8 @@ void loom_sample_apply_masks(const loom_sample_params *p, float *logits,
 /* ---------------------------------------------------------------- sampler */
 
 struct loom_sampler {
-    loom_sample_params p;
-    loom_logit_bias *bias;
+    loom_sample_params p; /* p.bias: owned_bias, or the caller's (borrowed) */
+    loom_logit_bias *owned_bias;
     int32_t vocab;
     uint64_t seed;
     int32_t *prompt_count; /* in the penalty window */
@@ -367,6 +390,38 @@ struct loom_sampler {
     int64_t n_hist, cap_hist;
     float *work;
 };
+
+loom_status loom__sampler_new(const loom_sample_params *checked, int32_t vocab,
+                              uint64_t random_seed, loom_sampler **out,
+                              loom_err *err)
+{
+    if (vocab <= 0)
+        return loom_err_set(err, LOOM_ERR_INVALID, "sampler: vocab %d", vocab);
+    loom_sampler *s = (loom_sampler *)calloc(1, sizeof *s);
+    if (!s)
+        return loom_err_set(err, LOOM_ERR_NOMEM, "sampler: out of memory");
+    s->p = *checked;
+    s->vocab = vocab;
+    s->seed = checked->has_seed ? checked->seed : random_seed;
+    s->p.seed = s->seed;
+    s->p.has_seed = 1;
+    /* the counts are only read by the penalties: none, no arrays */
+    int penal = checked->repeat_penalty != 1.0f ||
+                checked->presence_penalty != 0.0f ||
+                checked->frequency_penalty != 0.0f;
+    if (penal) {
+        s->prompt_count = (int32_t *)calloc((size_t)vocab, sizeof(int32_t));
+        s->gen_count = (int32_t *)calloc((size_t)vocab, sizeof(int32_t));
+    }
+    s->work = (float *)malloc(sizeof(float) * (size_t)vocab);
+    if ((penal && (!s->prompt_count || !s->gen_count)) || !s->work) {
+        loom_sampler_free(s);
+        return loom_err_set(err, LOOM_ERR_NOMEM,
+                            "sampler: out of memory for vocab %d", vocab);
+    }
+    *out = s;
+    return LOOM_OK;
+}
 
 loom_status loom_sampler_new(const loom_sample_params *params, int32_t vocab,
                              uint64_t random_seed, loom_sampler **out,
@@ -377,38 +432,22 @@ loom_status loom_sampler_new(const loom_sample_params *params, int32_t vocab,
     loom_status st = loom_sample_params_check(params, vocab, err);
     if (st)
         return st;
-    loom_sampler *s = (loom_sampler *)calloc(1, sizeof *s);
-    if (!s)
-        return loom_err_set(err, LOOM_ERR_NOMEM, "sampler: out of memory");
-    s->p = *params;
-    s->vocab = vocab;
-    s->seed = params->has_seed ? params->seed : random_seed;
-    s->p.seed = s->seed;
-    s->p.has_seed = 1;
-    /* the counts are only read by the penalties: none, no arrays */
-    int penal = params->repeat_penalty != 1.0f ||
-                params->presence_penalty != 0.0f ||
-                params->frequency_penalty != 0.0f;
-    if (penal) {
-        s->prompt_count = (int32_t *)calloc((size_t)vocab, sizeof(int32_t));
-        s->gen_count = (int32_t *)calloc((size_t)vocab, sizeof(int32_t));
-    }
-    s->work = (float *)malloc(sizeof(float) * (size_t)vocab);
+    loom_logit_bias *bias = NULL;
     if (params->n_bias > 0) {
-        s->bias = (loom_logit_bias *)malloc(sizeof(loom_logit_bias) *
-                                            (size_t)params->n_bias);
-        if (s->bias)
-            memcpy(s->bias, params->bias,
-                   sizeof(loom_logit_bias) * (size_t)params->n_bias);
+        size_t nb = sizeof(loom_logit_bias) * (size_t)params->n_bias;
+        bias = (loom_logit_bias *)malloc(nb);
+        if (!bias)
+            return loom_err_set(err, LOOM_ERR_NOMEM, "sampler: out of memory");
+        memcpy(bias, params->bias, nb);
     }
-    s->p.bias = s->bias;
-    if ((penal && (!s->prompt_count || !s->gen_count)) || !s->work ||
-        (params->n_bias > 0 && !s->bias)) {
-        loom_sampler_free(s);
-        return loom_err_set(err, LOOM_ERR_NOMEM,
-                            "sampler: out of memory for vocab %d", vocab);
+    loom_sample_params p = *params;
+    p.bias = bias;
+    st = loom__sampler_new(&p, vocab, random_seed, out, err);
+    if (st) {
+        free(bias);
+        return st;
     }
-    *out = s;
+    (*out)->owned_bias = bias;
     return LOOM_OK;
 }
 
@@ -416,7 +455,7 @@ void loom_sampler_free(loom_sampler *s)
 {
     if (!s)
         return;
-    free(s->bias);
+    free(s->owned_bias);
     free(s->prompt_count);
     free(s->gen_count);
     free(s->hist);

@@ -276,9 +276,10 @@ static void job_wait(srv_job *j, int *gone)
 
 /* ---------------------------------------------------------------- replies */
 
+/* A logprob's token bytes: the lane's, the source of the stream's text. */
 static const char *piece_of(void *ctx, int32_t token, size_t *len)
 {
-    return loom_tokenizer_token_bytes(ctx, token, len);
+    return loom_lane_token_bytes(ctx, token, len);
 }
 
 static enum MHD_Result reply(srv_conn *cn, int status, const char *type,
@@ -373,7 +374,7 @@ static int sse_fill(srv_job *j)
     loom_mutex_unlock(j->mu);
 
     const srv_request *rq = &j->rq;
-    void *pc = j->srv->tok;
+    void *pc = j->srv->lane;
     if (rq->kind == SRV_CHAT && !j->sent_role) {
         srv_chunk_sse(&j->out, &r, 0, NULL, NULL, 1, 0);
         j->sent_role = 1;
@@ -670,7 +671,7 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
     r.n_lp = j->n_lp;
     r.finish = srv_finish_reason(finish);
     return reply(cn, 200, "application/json",
-                 srv_response_json(&r, rq->logprobs, piece_of, srv->tok));
+                 srv_response_json(&r, rq->logprobs, piece_of, srv->lane));
 }
 
 /* Checks the bearer key of a /v1 request; 0 when it may proceed. */

@@ -418,8 +418,6 @@ int srv_request_parse(srv_kind kind, const char *body, size_t len,
         get_number(root, "repetition_penalty", 0.01, 100, &sp->repeat_penalty,
                    e))
         return -1;
-    if (field(root, "top_p") && sp->top_p <= 0)
-        return BADVAL("top_p", "'top_p' must be greater than 0");
     i64 = 0;
     if (get_int(root, "top_k", -1, INT32_MAX, &i64, e))
         return -1;
@@ -457,6 +455,12 @@ int srv_request_parse(srv_kind kind, const char *body, size_t len,
     }
     if (rq->logprobs)
         sp->n_logprobs = rq->top_logprobs;
+    /* the sampler's own rules (the bounds above are the API's); bias ids
+     * meet the vocabulary at loom_lane_add */
+    const char *bad_field;
+    loom_err serr;
+    if (loom_sample_params_check_field(sp, 0, &bad_field, &serr))
+        return BADVAL(bad_field, "%s", serr.msg);
 
     if (get_bool(root, "stream", &rq->stream, e) ||
         get_bool(root, "ignore_eos", &rq->ignore_eos, e))

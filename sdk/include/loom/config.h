@@ -55,7 +55,9 @@ loom_status loom_cfg_bool(const loom_cfg *c, const char *key, int def,
  * repeats: the text config's eos_token_id, the root config's, then
  * generation_config.json's (each an integer or a list of them; anything
  * else is passed over). When vocab > 0, ids outside [0, vocab) are left
- * out. At most LOOM_MAX_EOS are kept. */
+ * out. At most LOOM_MAX_EOS are kept. The one place these files' eos ids
+ * are merged: families report the result, given their vocab, as
+ * loom_model_info.eos, and the core's lane stops on exactly those. */
 void loom_cfg_eos_ids(const loom_host *host, const loom_checkpoint *ckpt,
                       int64_t vocab, int32_t eos[LOOM_MAX_EOS], int32_t *n_eos);
 

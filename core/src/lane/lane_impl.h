@@ -1,0 +1,196 @@
+/* What the lane's files share: the stream and lane layouts and the
+ * loom__ functions one file gives the others (streams by id, the cache
+ * pool, per-stream output, the statistics windows, the sampler's checked
+ * constructor). */
+#ifndef LOOM_LANE_IMPL_H
+#define LOOM_LANE_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <loom/lane.h>
+#include <loom/platform.h>
+#include <loom/tokenizer.h>
+
+enum stream_state { ST_QUEUED, ST_PREFILL, ST_DECODE, ST_DONE };
+
+typedef struct stream {
+    uint64_t id;
+
+    /* fixed at add */
+    int32_t *prompt;
+    int32_t n_prompt;
+    char **stop;
+    size_t *stop_len;
+    int32_t n_stop;
+    int32_t max_tokens;
+    int32_t ignore_eos;
+    loom_lane_cb cb;
+    void *user;
+    loom_sample_params sp; /* the one copy; bias points at `bias` */
+    loom_logit_bias *bias;
+    loom_sampler *sampler; /* made at admission: queued streams hold none */
+    uint64_t seed;
+    int32_t n_logprobs;
+
+    /* under mu */
+    int cancel;                 /* written by loom_lane_cancel */
+    int queued;                 /* in the waiting queue */
+    int counted_active;         /* counted in n_active (else n_queued) */
+    struct stream *prev, *next; /* the waiting queue, or the cancelled list */
+
+    /* lane-thread state */
+    int state;
+    int cancel_local; /* cancelled: by the callback or loom_lane_cancel */
+    int stopped_by_string;
+    struct stream *gone; /* finished outside the active list, to be freed */
+    loom_cache *cache;
+    int32_t n_fed; /* prompt tokens fed */
+    int32_t pos;   /* rows in the cache = the next row's position */
+    int32_t last;  /* the token the next decode row feeds */
+    int32_t n_gen;
+    loom_detok *detok;
+    char *held; /* decoded text not yet released (stop-string prefixes,
+                   and without a tokenizer a partial UTF-8 character) */
+    size_t n_held, cap_held;
+    uint64_t t_add, t_first;
+} stream;
+
+/* Streams by id: open addressing, linear probing, deletion by backward
+ * shift; ids are never 0 (under mu). */
+typedef struct stream_map {
+    stream **slot;
+    uint32_t mask; /* capacity - 1, capacity a power of two */
+    uint32_t n;
+} stream_map;
+
+/* Caches not in use, so a stream's admission seldom allocates one. */
+typedef struct cache_pool {
+    const loom_family_i *fam;
+    loom_model *model;
+    loom_mutex *mu; /* the lane's: the counts are read for stats */
+    loom_cache **idle;
+    int32_t n_idle, n_total;
+} cache_pool;
+
+/* The statistics (under mu). */
+typedef struct lane_stats_state {
+    loom_lane_stats st;
+    double ttft_sum;
+    uint64_t ttft_n;
+    uint64_t win_t0, win_prefill, win_decode;
+    uint64_t t_last_round;
+} lane_stats_state;
+
+/* One stream's draw in a round. */
+typedef struct draw_job {
+    stream *s;
+    const float *logits;
+    int32_t position; /* of the drawn token */
+    loom_sample_result res;
+} draw_job;
+
+/* Without a tokenizer: every token's bytes from the piece function, asked
+ * once at loom_lane_new. */
+typedef struct piece_table {
+    char *bytes;
+    size_t *off; /* vocab + 1 offsets into bytes */
+} piece_table;
+
+struct loom_lane {
+    loom_engine *eng;
+    const loom_family_i *fam;
+    loom_model *model;
+    int32_t vocab;
+    int32_t n_eos;
+    int32_t eos[LOOM_MAX_EOS];
+    const loom_tokenizer *tok;
+    piece_table pieces; /* when tok is NULL and a piece function was given */
+    int has_text;
+    int32_t max_streams, max_queued, round_tokens, prefill_chunk;
+    int64_t max_context;
+
+    loom_mutex *mu;
+    loom_cond *cv;
+    stream_map map;             /* every stream not yet freed */
+    stream *q_head, *q_tail;    /* waiting, arrival order */
+    stream *cancelled;          /* taken out of the queue by cancel */
+    int32_t n_queued, n_active; /* published counts (see reap) */
+    uint64_t next_id;
+    uint64_t seed_state;
+    int running, stopping, closing;
+    loom_thread *thread;
+
+    cache_pool pool;
+
+    /* round state (lane thread) */
+    stream **act; /* streams holding a cache, arrival order; max_streams */
+    int32_t n_act;
+    stream *gone; /* finished streams not in act, freed at the round's end */
+    loom_row *rows;
+    stream **row_stream;
+    float *logits;
+    draw_job *jobs; /* max_streams */
+    char *text;     /* the current event's text */
+    size_t n_text, cap_text;
+
+    lane_stats_state stats;
+};
+
+/* ---- stream_map.c */
+loom_status loom__map_init(stream_map *m, loom_err *err);
+void loom__map_free(stream_map *m);
+/* Adds s under s->id; LOOM_ERR_NOMEM when the table cannot grow. */
+loom_status loom__map_put(stream_map *m, stream *s, loom_err *err);
+stream *loom__map_get(const stream_map *m, uint64_t id);
+void loom__map_del(stream_map *m, uint64_t id);
+
+/* ---- cache_pool.c */
+loom_status loom__pool_init(cache_pool *p, loom_lane *lane, int32_t cap,
+                            loom_err *err);
+/* An idle cache, or a new one from the family. */
+loom_status loom__pool_get(cache_pool *p, loom_cache **out, loom_err *err);
+/* Resets c and keeps it (the pool holds every cache ever made). */
+void loom__pool_put(cache_pool *p, loom_cache *c);
+void loom__pool_free(cache_pool *p);
+
+/* ---- output.c */
+loom_status loom__out_init(loom_lane *lane, const loom_lane_params *p,
+                           loom_err *err);
+void loom__out_free(loom_lane *lane);
+/* The stream's detokenizer (lanes with a tokenizer). */
+loom_status loom__out_stream_init(loom_lane *lane, stream *s, loom_err *err);
+/* A token sampled for s: the stop conditions, its text, its event. */
+void loom__out_deliver(loom_lane *lane, stream *s,
+                       const loom_sample_result *res, uint64_t now);
+/* Delivers s's final event (flushing held text for STOP / LENGTH /
+ * CONTEXT), returns its cache to the pool, marks it done. */
+void loom__out_finish(loom_lane *lane, stream *s, loom_finish why);
+void loom__out_error(loom_lane *lane, stream *s, const char *msg);
+
+/* ---- stats.c */
+void loom__stats_init(lane_stats_state *st);
+/* The stream's first token came at `now` (takes mu). */
+void loom__stats_first_token(loom_lane *lane, const stream *s, uint64_t now);
+/* A round's counts and timing (takes mu). */
+void loom__stats_round(loom_lane *lane, int32_t n_prompt_rows,
+                       int32_t n_logit_rows, uint64_t t0, uint64_t t1);
+
+/* ---- schedule.c */
+/* One round: cancellations, admissions, rows, forward, draws, delivery. */
+loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows, loom_err *err);
+/* Frees the round's finished streams and publishes the counts. */
+void loom__lane_reap(loom_lane *lane);
+/* Ends every stream still held (loom_lane_free). */
+void loom__lane_cancel_all(loom_lane *lane);
+void loom__stream_free(stream *s);
+
+/* ---- sample.c */
+/* loom_sampler_new for parameters that already passed
+ * loom_sample_params_check: no second check, and params->bias is borrowed
+ * (it must outlive the sampler), not copied. */
+loom_status loom__sampler_new(const loom_sample_params *checked, int32_t vocab,
+                              uint64_t random_seed, loom_sampler **out,
+                              loom_err *err);
+
+#endif
