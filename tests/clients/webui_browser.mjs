@@ -244,6 +244,9 @@ if (mode === 'open') {
     await p.waitForTimeout(400); // the drawer slides in
     assert.ok(await inView(p, '#settings'), 'the settings drawer opens');
     await p.screenshot({ path: path.join(artifacts, 'webui-narrow-settings.png') });
+    await p.mouse.click(10, 400); // beside the drawer
+    await p.waitForTimeout(400);
+    assert.ok(!(await inView(p, '#settings')), 'a tap beside the drawer closes it');
     await p.close();
   });
 

@@ -134,6 +134,7 @@
   function showSettings(show) {
     if (NARROW.matches) ui.settings.classList.toggle('open', show);
     else ui.settings.classList.toggle('hidden-wide', !show);
+    document.body.classList.toggle('drawer-open', NARROW.matches && show);
     ui.toggle.setAttribute('aria-expanded', String(show));
   }
 
@@ -544,6 +545,10 @@
   ui.newChat.addEventListener('click', newChat);
   ui.toggle.addEventListener('click', () => showSettings(!settingsShown()));
   ui.closeSettings.addEventListener('click', () => showSettings(false));
+  // on a narrow window a tap beside the drawer closes it
+  document.querySelector('.chat').addEventListener('pointerdown', () => {
+    if (NARROW.matches && settingsShown()) showSettings(false);
+  });
   for (const [, id] of FIELDS) ui[id].addEventListener('input', saveSettings);
   ui.reset.addEventListener('click', () => {
     for (const [name, id] of FIELDS) ui[id].value = DEFAULTS[name];
@@ -559,6 +564,7 @@
   });
   NARROW.addEventListener('change', () => {
     ui.settings.classList.remove('open');
+    document.body.classList.remove('drawer-open');
     ui.toggle.setAttribute('aria-expanded', String(settingsShown()));
   });
 
