@@ -23,7 +23,8 @@ static void help(FILE *out)
             "Serves MODEL over an OpenAI-compatible HTTP API: POST "
             "/v1/completions,\nPOST /v1/chat/completions (stream: true for "
             "server-sent events),\nGET /v1/models, GET /health, GET /metrics "
-            "(Prometheus text).\nPrints the address once the model is "
+            "(Prometheus text),\nand a chat page at GET /.\nPrints the address "
+            "once the model is "
             "loaded; SIGINT/SIGTERM stop it (in-flight\nstreams get %d s to "
             "finish), SIGHUP rereads the API key file.\n\n"
             "  --host ADDR         address to listen on (default "
@@ -43,6 +44,7 @@ static void help(FILE *out)
             "8388608)\n"
             "  --name NAME         model name in /v1/models (default: the "
             "directory's)\n"
+            "  --no-webui          no chat page at / (the API stays)\n"
             "  --drafter DIR       a drafter checkpoint for speculative "
             "decoding\n",
             SERVE_DRAIN_MS / 1000);
@@ -105,6 +107,9 @@ int loom_cmd_serve(int argc, char **argv)
             sp.request_log = v;
         } else if (!strcmp(a, "--name") && v) {
             sp.model_name = v;
+        } else if (!strcmp(a, "--no-webui")) {
+            sp.no_webui = 1;
+            continue; /* a flag, no value */
         } else if (!strcmp(a, "--drafter") && v) {
             drafter = v;
         } else {

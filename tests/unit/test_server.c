@@ -479,7 +479,7 @@ START_TEST(test_health_loading_then_ready)
     ck_assert_msg(loom_server_load(srv, &ep, &err) == LOOM_OK, "%s", err.msg);
     request(port, "GET", "/health", NULL, NULL, &r);
     ck_assert_int_eq(r.status, 200);
-    ck_assert_str_eq(r.body, "{\"status\":\"ok\"}");
+    ck_assert_str_eq(r.body, "{\"status\":\"ok\",\"device\":\"cpu\"}");
     resp_free(&r);
     /* HEAD answers like GET, without a body */
     request(port, "HEAD", "/health", NULL, NULL, &r);

@@ -25,6 +25,8 @@ typedef struct loom_server_params {
     const char *model_name;
     /* Seconds an idle keep-alive connection stays open; 0: 60. */
     int32_t idle_timeout_s;
+    /* 1: no chat page at / (see webui.c); the API is unchanged. */
+    int no_webui;
 } loom_server_params;
 
 /* Binds and starts answering: until loom_server_load succeeds /health is 503

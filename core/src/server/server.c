@@ -15,6 +15,7 @@
 #include "server_metrics.h"
 #include "server_openai.h"
 #include "server_prompt.h"
+#include "webui.h"
 
 #include <microhttpd.h>
 #include <stdarg.h>
@@ -464,7 +465,11 @@ static enum MHD_Result handle_health(srv_conn *cn)
     if (!ready)
         return reply(cn, 503, "application/json",
                      str_dup("{\"status\":\"loading\"}"));
-    return reply(cn, 200, "application/json", str_dup("{\"status\":\"ok\"}"));
+    /* the device, for the chat page's header */
+    int cuda = cn->srv->engine->info.device == LOOM_DEVICE_CUDA;
+    return reply(cn, 200, "application/json",
+                 str_dup(cuda ? "{\"status\":\"ok\",\"device\":\"cuda\"}"
+                              : "{\"status\":\"ok\",\"device\":\"cpu\"}"));
 }
 
 static enum MHD_Result handle_metrics(srv_conn *cn)
@@ -718,6 +723,8 @@ static const srv_route ROUTES[] = {
 static enum MHD_Result dispatch(srv_conn *cn)
 {
     const char *url = cn->route;
+    if (!cn->srv->p.no_webui && srv_webui_has(url))
+        return srv_webui_reply(cn->c, url, cn->method, &cn->status);
     int v1 = strncmp(url, "/v1/", 4) == 0 || strcmp(url, "/v1") == 0;
     if (v1 && authorize(cn) != 0)
         return MHD_YES; /* 401 queued */
