@@ -18,10 +18,12 @@ static loom_status named(const loom_drafter_ref *d, loom_status rc,
     size_t n = strlen(d->name);
     if (strncmp(err->msg, d->name, n) == 0 && err->msg[n] == ':')
         return rc;
-    char tmp[sizeof err->msg];
+    /* room for the whole message; the prefixed one is cut to fit */
+    char tmp[sizeof err->msg + 64];
     snprintf(tmp, sizeof tmp, "%s: %s", d->name,
              err->msg[0] ? err->msg : "failed without a message");
-    memcpy(err->msg, tmp, sizeof tmp);
+    memcpy(err->msg, tmp, sizeof err->msg - 1);
+    err->msg[sizeof err->msg - 1] = '\0';
     return rc;
 }
 
