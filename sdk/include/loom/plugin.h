@@ -283,7 +283,10 @@ typedef enum loom_mem_kind {
  * memory kind, dtype, shape and strides (in elements, outermost first), and
  * where it lives. The owner is whoever made it (said at each use); a view is
  * valid for the call it is passed to unless said otherwise. A view with
- * ndim == 0 is empty ("none asked"). */
+ * ndim == 0 is empty ("none asked"). Views are embedded by value in other
+ * structs (loom_output, loom_proposals), so loom_view is frozen for every
+ * 2.x minor: it grows only with a major, and a reader refuses a view whose
+ * struct_size is not at least sizeof(loom_view) (LOOM_ERR_INVALID). */
 typedef struct loom_view {
     uint32_t struct_size;
     int32_t kind; /* loom_mem_kind */
