@@ -35,7 +35,7 @@ void loom_family_describe(const loom_family *f, const loom_model *model,
 loom_status loom_family_cache_new(const loom_family *f, loom_model *model,
                                   loom_cache **cache, loom_err *err);
 /* Empties *cache for reuse; without cache_reset, frees it and makes a new
- * one (so *cache may change). */
+ * one (so *cache may change; NULL when making it failed). */
 loom_status loom_family_cache_reset(const loom_family *f, loom_model *model,
                                     loom_cache **cache, loom_err *err);
 void loom_family_cache_free(const loom_family *f, loom_model *model,

@@ -40,8 +40,8 @@ loom_status loom__pool_get(cache_pool *p, loom_cache **out, loom_err *err)
 
 void loom__pool_put(cache_pool *p, loom_cache *c)
 {
-    /* without cache_reset the dispatcher makes a fresh cache; when that
-     * fails the old one is freed and the pool holds one cache fewer */
+    /* without cache_reset the dispatcher frees the cache and makes a fresh
+     * one; when that fails (c is then NULL) the pool holds one cache fewer */
     loom_err err;
     if (loom_family_cache_reset(p->fam, p->model, &c, &err) != LOOM_OK) {
         loom_family_cache_free(p->fam, p->model, c);

@@ -110,13 +110,10 @@ loom_status loom_family_cache_reset(const loom_family *f, loom_model *model,
         f->vt->cache_reset(model, *cache);
         return LOOM_OK;
     }
-    loom_cache *fresh = NULL;
-    loom_status rc = f->vt->cache_new(model, &fresh, err);
-    if (rc != LOOM_OK)
-        return named(f, rc, err);
+    /* free first, so a cache budget that fits the old one fits the new */
     f->vt->cache_free(model, *cache);
-    *cache = fresh;
-    return LOOM_OK;
+    *cache = NULL;
+    return named(f, f->vt->cache_new(model, cache, err), err);
 }
 
 void loom_family_cache_free(const loom_family *f, loom_model *model,
