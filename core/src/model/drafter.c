@@ -16,7 +16,9 @@ static loom_status named(const loom_drafter_ref *d, loom_status rc,
     if (rc == LOOM_OK || !err)
         return rc;
     size_t n = strlen(d->name);
-    if (strncmp(err->msg, d->name, n) == 0 && err->msg[n] == ':')
+    /* "name: ..." and "name forward: ..." already say who */
+    if (strncmp(err->msg, d->name, n) == 0 &&
+        (err->msg[n] == ':' || err->msg[n] == ' '))
         return rc;
     /* room for the whole message; the prefixed one is cut to fit */
     char tmp[sizeof err->msg + 64];

@@ -13,13 +13,15 @@
 #define HAS(f, member) LOOM_HAS_FIELD((f)->size, loom_family_i, member)
 #define OPT(f, member) (HAS(f, member) ? (f)->vt->member : NULL)
 
-/* Prefixes err's message with the plugin's name unless it already names it. */
+/* Prefixes err's message with the plugin's name unless it starts with it. */
 static loom_status named(const loom_family *f, loom_status rc, loom_err *err)
 {
     if (rc == LOOM_OK || !err)
         return rc;
     size_t n = strlen(f->name);
-    if (strncmp(err->msg, f->name, n) == 0 && err->msg[n] == ':')
+    /* "name: ..." and "name forward: ..." already say who */
+    if (strncmp(err->msg, f->name, n) == 0 &&
+        (err->msg[n] == ':' || err->msg[n] == ' '))
         return rc;
     /* room for the whole message; the prefixed one is cut to fit */
     char tmp[sizeof err->msg + 64];
