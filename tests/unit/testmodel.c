@@ -1,6 +1,7 @@
 /* The model-suite helpers declared in testmodel.h. */
 #include "testmodel.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,6 +318,60 @@ void tm_check_row_size(const char *model, const char *plugin)
     tm_cache_free(e, c);
     free(l1);
     free(l2);
+    loom_engine_close(e);
+}
+
+void tm_check_struct_sizes(const char *model, const char *plugin)
+{
+    loom_engine *e = tm_open_ok(fixture(model), plugin);
+    const loom_family_i *vt = e->family.vt;
+    union {
+        loom_model_info info;
+        unsigned char bytes[sizeof(loom_model_info) + 16];
+    } buf;
+    /* an older host's info, without weight_bytes_per_token */
+    size_t old = offsetof(loom_model_info, weight_bytes_per_token);
+    memset(&buf, 0xa5, sizeof buf);
+    buf.info.struct_size = (uint32_t)old;
+    vt->describe(e->model, &buf.info);
+    ck_assert_uint_eq(buf.info.struct_size, old);
+    ck_assert_int_eq(buf.info.vocab, e->info.vocab);
+    ck_assert_int_eq(buf.info.n_layers, e->info.n_layers);
+    ck_assert_uint_eq(buf.info.caps, e->info.caps);
+    ck_assert_int_eq(buf.info.compute_dtype, e->info.compute_dtype);
+    for (size_t i = old; i < sizeof buf; i++)
+        ck_assert_msg(buf.bytes[i] == 0xa5,
+                      "%s: describe wrote byte %zu of "
+                      "a %zu-byte info",
+                      model, i, old);
+    /* a newer host's, longer: filled up to this ABI's */
+    memset(&buf, 0xa5, sizeof buf);
+    buf.info.struct_size = sizeof buf;
+    vt->describe(e->model, &buf.info);
+    ck_assert_uint_eq(buf.info.struct_size, sizeof(loom_model_info));
+    ck_assert_uint_eq(buf.info.weight_bytes_per_token,
+                      e->info.weight_bytes_per_token);
+    for (size_t i = sizeof(loom_model_info); i < sizeof buf; i++)
+        ck_assert_uint_eq(buf.bytes[i], 0xa5);
+
+    /* an older host's options, stopping before max_rows (whose bytes hold
+     * what a reader must not take) */
+    loom_model_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.struct_size = (uint32_t)offsetof(loom_model_options, max_rows);
+    opt.device = LOOM_DEVICE_CPU;
+    opt.max_context = 64;
+    opt.max_rows = 3;
+    loom_model *m = NULL;
+    loom_err err = {{0}};
+    ck_assert_msg(vt->open(&e->hs.host, e->ckpt, &opt, &m, &err) == LOOM_OK,
+                  "%s", err.msg);
+    memset(&buf, 0, sizeof buf);
+    buf.info.struct_size = sizeof buf.info;
+    vt->describe(m, &buf.info);
+    ck_assert_int_eq(buf.info.max_context, 64);
+    ck_assert_int_eq(buf.info.max_rows, 512);
+    vt->close(m);
     loom_engine_close(e);
 }
 

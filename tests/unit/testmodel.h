@@ -82,6 +82,12 @@ void tm_check_target(const char *model, const char *plugin,
  * bit for bit. */
 void tm_check_row_size(const char *model, const char *plugin);
 
+/* The plugin's own vtable against hosts of other minors: describe into a
+ * shorter loom_model_info (an older host) writes nothing past its
+ * struct_size, into a longer one only up to this ABI's; open with options
+ * that stop before max_rows takes max_rows' default. */
+void tm_check_struct_sizes(const char *model, const char *plugin);
+
 /* Row `row` (asking for logits, at its cache's length) with a logits view
  * of device memory: refused with LOOM_ERR_UNSUPPORTED by a CPU model. */
 void tm_check_device_view_refused(loom_engine *e, const loom_row *row);
