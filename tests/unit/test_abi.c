@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <loom/drafter.h>
 #include <loom/engine.h>
 #include <loom/family.h>
 #include <loom/lane.h>
@@ -265,6 +266,79 @@ START_TEST(plugin_errors_are_named)
 }
 END_TEST
 
+/* The drafter dispatcher: NULL geometry gives no fields, NULL absorb is a
+ * no-op, needs is zero-filled then filled, draft's errors come back named;
+ * the target the drafter opens with carries the family's info. */
+START_TEST(the_drafter_dispatcher_applies_defaults)
+{
+    loom_engine *e = open_family("tp-toy");
+    const loom_plugin_ref *ref = NULL;
+    loom_err err;
+    ck_assert_msg(loom_registry_select(e->registry, e->ckpt,
+                                       LOOM_PLUGIN_DRAFTER, "tp-toy-drafter",
+                                       &ref, &err) == LOOM_OK,
+                  "%s", err.msg);
+    loom_drafter_ref d;
+    ck_assert_int_eq(loom_drafter_bind(ref->plugin, &d, &err), LOOM_OK);
+    int n_fields = 0;
+    loom_fields f = {sizeof f, &n_fields, count_i64, count_f64, count_str};
+    ck_assert_int_eq(loom_drafter_geometry(&d, ref->host, e->ckpt, &f, &err),
+                     LOOM_OK);
+    ck_assert_int_eq(n_fields, 0);
+
+    loom_target target = {
+        sizeof target, &e->info, e->model,
+        loom_family_extension(&e->family, e->model, LOOM_TARGET_ID)};
+    ck_assert_ptr_null(target.ext); /* the toy has no loom.target/1 */
+    loom_drafter *dr = NULL;
+    ck_assert_msg(loom_drafter_open(&d, ref->host, e->ckpt, &target, &dr,
+                                    &err) == LOOM_OK,
+                  "%s", err.msg);
+    loom_drafter_needs needs;
+    loom_drafter_get_needs(&d, dr, &needs);
+    ck_assert_uint_eq(needs.struct_size, sizeof needs);
+    ck_assert_int_eq(needs.n_taps, 0);
+    ck_assert_int_eq(needs.block_size, 4);
+    ck_assert_int_eq(needs.mask_token, VOCAB - 1);
+
+    loom_draft_stream *st[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(loom_drafter_stream_new(&d, dr, &st[i], &err),
+                         LOOM_OK);
+    float feat[4] = {0};
+    loom_view fv = loom_view_host_f32(feat, 1, 4);
+    const int32_t pos[1] = {0};
+    ck_assert_int_eq(loom_drafter_absorb(&d, dr, st[0], &fv, pos, 1, &err),
+                     LOOM_OK);
+
+    int32_t tok[2 * 4], par[2 * 4], n_out[2];
+    loom_proposals pr;
+    memset(&pr, 0, sizeof pr);
+    pr.struct_size = sizeof pr;
+    pr.max = 4;
+    pr.tokens = tok;
+    pr.parents = par;
+    pr.n_out = n_out;
+    const int32_t last[2] = {10, 63};
+    ck_assert_int_eq(loom_drafter_draft(&d, dr, st, last, 2, &pr, &err),
+                     LOOM_OK);
+    ck_assert_int_eq(n_out[0], 3);
+    ck_assert_int_eq(n_out[1], 3);
+    ck_assert_int_eq(tok[0], 11);
+    ck_assert_int_eq(tok[2], 13);
+    ck_assert_int_eq(tok[4], 0); /* 63 + 1 wraps at the vocab */
+    ck_assert_int_eq(par[5], -1);
+    const int32_t bad[2] = {10, 999};
+    ck_assert_int_eq(loom_drafter_draft(&d, dr, st, bad, 2, &pr, &err),
+                     LOOM_ERR_RANGE);
+    ck_assert_str_eq(err.msg, "tp-toy-drafter: stream 1: last token 999");
+    for (int i = 0; i < 2; i++)
+        loom_drafter_stream_free(&d, dr, st[i]);
+    loom_drafter_close(&d, dr);
+    loom_engine_close(e);
+}
+END_TEST
+
 /* A vtable without a required member and a foreign major are refused, in
  * one line naming the plugin and the sizes. */
 START_TEST(short_vtables_and_other_majors_are_refused)
@@ -418,6 +492,7 @@ int main(void)
     tcase_add_test(tc, null_optional_members_get_their_defaults);
     tcase_add_test(tc, the_lane_runs_on_the_default_cache_reset);
     tcase_add_test(tc, plugin_errors_are_named);
+    tcase_add_test(tc, the_drafter_dispatcher_applies_defaults);
     tcase_add_test(tc, short_vtables_and_other_majors_are_refused);
     tcase_add_test(tc, accounting_keeps_the_budget);
     tcase_add_test(tc, host_fills_structs_by_their_size);
