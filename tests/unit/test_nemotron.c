@@ -408,6 +408,7 @@ START_TEST(target)
     if (_i == 0) {
         tm_check_row_size(models[_i], "nemotron");
         tm_check_struct_sizes(models[_i], "nemotron");
+        tm_check_cache_budget(models[_i], "nemotron");
     }
 }
 END_TEST

@@ -259,6 +259,7 @@ START_TEST(target_tiny)
                     "model.embed_tokens.weight");
     tm_check_row_size("models/qwen35-tiny", "qwen35");
     tm_check_struct_sizes("models/qwen35-tiny", "qwen35");
+    tm_check_cache_budget("models/qwen35-tiny", "qwen35");
 }
 END_TEST
 

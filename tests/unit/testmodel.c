@@ -375,6 +375,34 @@ void tm_check_struct_sizes(const char *model, const char *plugin)
     loom_engine_close(e);
 }
 
+void tm_check_cache_budget(const char *model, const char *plugin)
+{
+    loom_engine *e = tm_open_ok(fixture(model), plugin);
+    int64_t fixed = (int64_t)e->info.cache_bytes_fixed;
+    ck_assert_int_gt(fixed, 0);
+    int64_t before = loom_host_accounted(&e->hs, LOOM_MEM_HOST, LOOM_MEM_CACHE);
+    int64_t total = loom_host_accounted(&e->hs, LOOM_MEM_HOST, -1);
+    loom_cache *c = tm_new_cache(e);
+    ck_assert_int_eq(loom_host_accounted(&e->hs, LOOM_MEM_HOST, LOOM_MEM_CACHE),
+                     before + fixed);
+    tm_cache_free(e, c);
+    ck_assert_int_eq(loom_host_accounted(&e->hs, LOOM_MEM_HOST, LOOM_MEM_CACHE),
+                     before);
+    /* one byte short of a cache */
+    loom_host_set_budget(&e->hs, LOOM_MEM_HOST, total + fixed - 1);
+    c = NULL;
+    loom_err err = {{0}};
+    ck_assert_int_eq(loom_family_cache_new(&e->family, e->model, &c, &err),
+                     LOOM_ERR_FULL);
+    ck_assert_ptr_null(c);
+    ck_assert_int_eq(loom_host_accounted(&e->hs, LOOM_MEM_HOST, -1), total);
+    loom_host_set_budget(&e->hs, LOOM_MEM_HOST, total + fixed);
+    c = tm_new_cache(e);
+    tm_cache_free(e, c);
+    loom_host_set_budget(&e->hs, LOOM_MEM_HOST, INT64_MAX);
+    loom_engine_close(e);
+}
+
 void tm_check_device_view_refused(loom_engine *e, const loom_row *row)
 {
     loom_round r = tm_round(row, 1);

@@ -88,6 +88,11 @@ void tm_check_row_size(const char *model, const char *plugin);
  * that stop before max_rows takes max_rows' default. */
 void tm_check_struct_sizes(const char *model, const char *plugin);
 
+/* A cache's fixed bytes go into the host's account (LOOM_MEM_CACHE) and
+ * come back when it is freed; under a budget they do not fit, cache_new is
+ * refused with LOOM_ERR_FULL and counts nothing. */
+void tm_check_cache_budget(const char *model, const char *plugin);
+
 /* Row `row` (asking for logits, at its cache's length) with a logits view
  * of device memory: refused with LOOM_ERR_UNSUPPORTED by a CPU model. */
 void tm_check_device_view_refused(loom_engine *e, const loom_row *row);
