@@ -405,7 +405,8 @@ typedef struct loom_host {
                                        loom_err *err);
     /* Iterates names starting with `prefix` ("" for all) in file order:
      * start with *cursor = 0; returns 1 and fills `out` while there are
-     * more, 0 at the end. */
+     * more, 0 at the end (and, logged, for an out->struct_size smaller than
+     * 2.0's). */
     int(LOOM_ABI *tensor_next)(const loom_checkpoint *ckpt, const char *prefix,
                                size_t *cursor, loom_tensor *out);
     /* A linear weight named by its module path `base` ("model.layers.0.
@@ -433,7 +434,8 @@ typedef struct loom_host {
     /* Memory accounting: a plugin reports the host bytes it holds (device
      * bytes are accounted by loom_cuda's alloc/free). A positive delta that
      * would pass the engine's budget for that kind is refused with
-     * LOOM_ERR_FULL naming the use and the bytes, and not counted. */
+     * LOOM_ERR_FULL naming the use and the bytes, and not counted; an
+     * unknown kind or use is LOOM_ERR_INVALID. `err` may be NULL. */
     loom_status(LOOM_ABI *account)(const struct loom_host *host,
                                    loom_mem_kind kind, loom_mem_use use,
                                    int64_t delta_bytes, loom_err *err);
