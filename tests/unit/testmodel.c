@@ -142,6 +142,9 @@ const loom_target_i *tm_target(loom_engine *e)
         loom_family_extension(&e->family, e->model, LOOM_TARGET_ID);
     ck_assert_msg(t != NULL, "the model has no %s", LOOM_TARGET_ID);
     ck_assert_uint_ge(t->struct_size, sizeof *t);
+    /* an extension the model does not have is NULL, not an error */
+    ck_assert_ptr_null(
+        loom_family_extension(&e->family, e->model, "loom.target/0"));
     return t;
 }
 
