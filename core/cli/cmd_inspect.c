@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 
+#include <loom/drafter.h>
 #include <loom/safetensors.h>
 
 #include "cli_common.h"
@@ -95,19 +96,23 @@ int loom_cmd_inspect(int argc, char **argv)
                              drafter ? LOOM_PLUGIN_DRAFTER : LOOM_PLUGIN_FAMILY,
                              o.family, &ref, &err) != LOOM_OK)
         goto fail;
-    loom_fields fields = {geo, f_i64, f_f64, f_str};
+    loom_fields fields = {sizeof fields, geo, f_i64, f_f64, f_str};
+    /* the registry bound the interface when it loaded the plugin, so this
+     * bind only repeats checks that passed; the dispatcher names the plugin */
     loom_status st;
     if (drafter) {
-        const loom_drafter_i *d = ref->plugin->get_interface(LOOM_DRAFTER_ID);
-        st = d->geometry(ref->host, ckpt, &fields, &err);
+        loom_drafter_ref d;
+        st = loom_drafter_bind(ref->plugin, &d, &err);
+        if (st == LOOM_OK)
+            st = loom_drafter_geometry(&d, ref->host, ckpt, &fields, &err);
     } else {
-        const loom_family_i *f = ref->plugin->get_interface(LOOM_FAMILY_ID);
-        st = f->geometry(ref->host, ckpt, &fields, &err);
+        loom_family f;
+        st = loom_family_bind(ref->plugin, &f, &err);
+        if (st == LOOM_OK)
+            st = loom_family_geometry(&f, ref->host, ckpt, &fields, &err);
     }
-    if (st != LOOM_OK) {
-        loom_err_prefix(&err, "%s", ref->plugin->name);
+    if (st != LOOM_OK)
         goto fail;
-    }
     int32_t score = ref->plugin->probe(ref->host, ckpt);
     json_t *tensor_list = NULL;
     if (json && tensors) {

@@ -26,14 +26,14 @@ static int run_prompt(loom_engine *e, const int32_t *ids, int32_t n,
 {
     loom_err err = {{0}};
     loom_cache *cache = NULL;
-    if (e->family->cache_new(e->model, &cache, &err) != LOOM_OK) {
+    if (loom_family_cache_new(&e->family, e->model, &cache, &err) != LOOM_OK) {
         fprintf(stderr, "loom logits: %s\n", err.msg);
         return 1;
     }
     int32_t chunk = e->info.max_rows > 0 ? e->info.max_rows : 512;
     loom_row *rows = calloc((size_t)chunk, sizeof *rows);
     if (!rows) {
-        e->family->cache_free(e->model, cache);
+        loom_family_cache_free(&e->family, e->model, cache);
         fprintf(stderr, "loom logits: out of memory\n");
         return 1;
     }
@@ -42,15 +42,20 @@ static int run_prompt(loom_engine *e, const int32_t *ids, int32_t n,
         int32_t k = n - p < chunk ? n - p : chunk;
         for (int32_t i = 0; i < k; i++)
             rows[i] = (loom_row){cache, ids[p + i], p + i, -1, LOOM_ROW_LOGITS};
-        loom_round round = {rows, k};
-        loom_output out = {logits + (size_t)p * (size_t)e->info.vocab, NULL};
-        if (e->family->forward(e->model, &round, &out, &err) != LOOM_OK) {
+        loom_round round = {sizeof round, sizeof *rows, rows, k};
+        loom_output out;
+        memset(&out, 0, sizeof out);
+        out.struct_size = sizeof out;
+        out.logits = loom_view_host_f32(
+            logits + (size_t)p * (size_t)e->info.vocab, k, e->info.vocab);
+        if (loom_family_forward(&e->family, e->model, &round, &out, &err) !=
+            LOOM_OK) {
             fprintf(stderr, "loom logits: %s\n", err.msg);
             rc = 1;
         }
     }
     free(rows);
-    e->family->cache_free(e->model, cache);
+    loom_family_cache_free(&e->family, e->model, cache);
     return rc;
 }
 

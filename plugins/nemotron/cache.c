@@ -18,10 +18,11 @@
  * ends bit for bit as if only those rows had been fed; the conv tail is
  * rebuilt from the snapshot and the logged inputs (copies, so exact); K/V and
  * the length are truncated. The snapshot costs one SSM state per Mamba layer,
- * allocated on a cache's first window. A forward that arrives while a window
- * is pending keeps the whole window (an implicit commit of every row). The
- * SDK's loom_window (loom/window.h) keeps the pending count, the buffers
- * and what commit(kept) must do; this file lays out what goes in them. */
+ * allocated on a cache's first window. A cache holds one window at a time:
+ * the forward after it is refused until it is committed (ABI 2's one
+ * window rule). The SDK's loom_window (loom/window.h) keeps that state, the
+ * buffers and what commit(kept) must do; this file lays out what goes in
+ * them. */
 #include "nemotron.h"
 
 #include <loom/cpu_ssm.h>
@@ -77,12 +78,18 @@ loom_status LOOM_ABI nem_cache_new(loom_model *m, loom_cache **out,
     }
     for (int i = 0; i < g->n_attn; i++)
         loom_cpu_kv_init(&c->kv[i], (int64_t)g->n_kv_heads * g->head_dim);
-    loom_window_init(&c->win, "nemotron", LOOM_WINDOW_RESTART,
+    loom_window_init(&c->win, "nemotron",
                      (size_t)g->n_mamba * (tail_floats(g) + ssm_floats(g)) *
                          sizeof(float),
                      (size_t)g->n_mamba * log_floats(g) * sizeof(float));
-    m->host->account(m->host, "nemotron cache",
-                     (int64_t)nem_cache_bytes_fixed(g));
+    loom_status rc = m->host->account(m->host, LOOM_MEM_HOST, LOOM_MEM_CACHE,
+                                      (int64_t)nem_cache_bytes_fixed(g), err);
+    if (rc != LOOM_OK) {
+        /* not counted (c->accounted is 0): nothing to give back */
+        nem_cache_free(m, c);
+        return rc;
+    }
+    c->accounted = 1;
     *out = c;
     return LOOM_OK;
 nomem:
@@ -112,11 +119,9 @@ void LOOM_ABI nem_cache_free(loom_model *m, loom_cache *c)
     const nem_geometry *g = &m->g;
     if (!c)
         return;
-    int accounted = c->mamba && c->kv;
     if (c->mamba)
         for (int i = 0; i < g->n_mamba; i++) {
             nem_mamba_state *s = &c->mamba[i];
-            accounted = accounted && s->tail && s->ssm;
             free(s->tail);
             free(s->ssm);
         }
@@ -124,9 +129,10 @@ void LOOM_ABI nem_cache_free(loom_model *m, loom_cache *c)
     if (c->kv)
         for (int i = 0; i < g->n_attn; i++)
             loom_cpu_kv_free(&c->kv[i]);
-    if (accounted)
-        m->host->account(m->host, "nemotron cache",
-                         -(int64_t)nem_cache_bytes_fixed(g));
+    /* giving bytes back is never refused */
+    if (c->accounted)
+        (void)m->host->account(m->host, LOOM_MEM_HOST, LOOM_MEM_CACHE,
+                               -(int64_t)nem_cache_bytes_fixed(g), NULL);
     free(c->mamba);
     free(c->kv);
     free(c);

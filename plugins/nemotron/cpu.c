@@ -8,7 +8,8 @@
  * Linear layers run over all rows of the round at once (host->matmul);
  * what is sequential in time (the conv tail, the SSM scan, K/V appends)
  * runs per stream in row order, with the SSM scan parallel over
- * (stream, head) pairs and attention over (row, head) pairs. Every row's
+ * (stream, head) pairs and attention over (row, head) pairs. Rows flagged
+ * LOOM_ROW_TAP copy the outputs of the tapped layers. Every row's
  * arithmetic depends only on its own stream, so a stream's logits are the
  * same whatever shares its round. Nothing in a cache changes before every
  * check and allocation has succeeded. */
@@ -23,8 +24,8 @@ typedef struct fwd {
     loom_model *m;
     const loom_host *host;
     const nem_geometry *g;
-    const loom_row *rows;
-    int32_t n; /* rows */
+    const loom_round *round; /* its rows through loom_round_row */
+    int32_t n;               /* rows */
 
     /* the rows grouped by stream, each stream's in position order */
     const loom_round_plan *p;
@@ -144,7 +145,7 @@ static void LOOM_ABI scan_heads(void *ctx, int64_t begin, int64_t end)
         float *state = c->mamba[L->slot].ssm + h * hs;
         for (int32_t k = 0; k < ps->count; k++) {
             int32_t r = loom_plan_row(f->p, ps, k);
-            if (loom_window_index(&c->win, ps, k) == 0)
+            if (loom_window_index(ps, k) == 0)
                 memcpy(nem_cache_snap_ssm(g, c, L->slot) + h * hs, state,
                        hs * sizeof(float));
             const float *xbc = f->b + (size_t)r * g->conv_dim;
@@ -177,7 +178,7 @@ static void mamba_block(fwd *f, const nem_layer *L)
             float *conv = f->b + (size_t)r * cd;
             float *dt = f->dt + (size_t)r * nh;
             /* >= 0: the window's row sp, logged [in | xbc | dt] */
-            int32_t sp = loom_window_index(&c->win, ps, k);
+            int32_t sp = loom_window_index(ps, k);
             float *log = sp >= 0 ? nem_cache_log(g, c, sp, L->slot) : NULL;
             if (sp == 0)
                 memcpy(nem_cache_snap_tail(g, c, L->slot), st->tail,
@@ -233,7 +234,7 @@ static void LOOM_ABI attend_slots(void *ctx, int64_t s0, int64_t s1)
         float *scores = f->scores + slot * max64(f->max_ctx, 1);
         for (int64_t it = slot; it < total; it += f->n_slots) {
             int64_t r = it / nq, h = it % nq;
-            const loom_row *row = &f->rows[r];
+            const loom_row *row = loom_round_row(f->round, (int32_t)r);
             const loom_cpu_kv *kv = &row->cache->kv[j->L->slot];
             loom_cpu_attend_head(
                 f->c + r * q_w + h * hd, f->a + r * q_w + h * hd,
@@ -252,9 +253,11 @@ static void attention_block(fwd *f, const nem_layer *L)
     host->matmul(host, &L->wk, f->xn, f->b, f->n);
     host->matmul(host, &L->wv, f->xn, f->c, f->n);
     /* no positional encoding: K/V go in as they are */
-    for (int32_t r = 0; r < f->n; r++)
-        loom_cpu_kv_put(&f->rows[r].cache->kv[L->slot], f->rows[r].position,
-                        f->b + r * kvw, f->c + r * kvw);
+    for (int32_t r = 0; r < f->n; r++) {
+        const loom_row *row = loom_round_row(f->round, r);
+        loom_cpu_kv_put(&row->cache->kv[L->slot], row->position, f->b + r * kvw,
+                        f->c + r * kvw);
+    }
     struct attn_job job = {f, L, (float)(1.0 / sqrt((double)g->head_dim))};
     host->parallel_for(host, f->n_slots, attend_slots, &job);
     host->matmul(host, &L->wo, f->c, f->mix, f->n);
@@ -380,6 +383,25 @@ static void moe_block(fwd *f, const nem_layer *L)
 
 /* ---------------------------------------------------------------- forward */
 
+/* Copies layer `layer`'s output (the residual stream after it, before the
+ * final norm) of each row flagged LOOM_ROW_TAP to row k of out->taps
+ * [k, n_taps * hidden], at slot j * hidden for every tap slot j naming that
+ * layer. */
+static void tap_layer(fwd *f, const loom_output *out, int32_t layer)
+{
+    const loom_model *m = f->m;
+    int64_t H = f->g->hidden;
+    for (int32_t j = 0; j < m->n_taps; j++) {
+        if (m->taps[j] != layer)
+            continue;
+        int64_t k = 0;
+        for (int32_t r = 0; r < f->n; r++)
+            if (loom_round_row(f->round, r)->flags & LOOM_ROW_TAP)
+                memcpy(loom_view_row_f32(&out->taps, k++) + j * H,
+                       f->x + (size_t)r * H, (size_t)H * sizeof(float));
+    }
+}
+
 loom_status LOOM_ABI nem_forward(loom_model *m, const loom_round *round,
                                  const loom_output *out, loom_err *err)
 {
@@ -392,7 +414,7 @@ loom_status LOOM_ABI nem_forward(loom_model *m, const loom_round *round,
     fwd f = {.m = m,
              .host = m->host,
              .g = g,
-             .rows = round->rows,
+             .round = round,
              .n = round->n_rows,
              .p = &m->plan};
     rc = fwd_alloc(&f, err);
@@ -404,11 +426,10 @@ loom_status LOOM_ABI nem_forward(loom_model *m, const loom_round *round,
     }
 
     /* from here on nothing fails */
-    for (int32_t s = 0; s < f.p->n_streams; s++)
-        loom_window_begin(&f.p->streams[s].cache->win, &f.p->streams[s]);
     int64_t H = g->hidden;
     for (int32_t r = 0; r < f.n; r++)
-        f.host->weight_row(&m->embed, f.rows[r].token, f.x + (size_t)r * H);
+        f.host->weight_row(&m->embed, loom_round_row(round, r)->token,
+                           f.x + (size_t)r * H);
     for (int32_t i = 0; i < g->n_layers; i++) {
         const nem_layer *L = &m->layers[i];
         for (int32_t r = 0; r < f.n; r++)
@@ -429,16 +450,17 @@ loom_status LOOM_ABI nem_forward(loom_model *m, const loom_round *round,
             break;
         }
         loom_cpu_add(f.x, f.mix, (int64_t)f.n * H);
+        tap_layer(&f, out, i);
     }
 
     /* the final norm and the head, only for the rows that ask */
     int32_t k = 0;
     for (int32_t r = 0; r < f.n; r++)
-        if (f.rows[r].flags & LOOM_ROW_LOGITS)
+        if (loom_round_row(round, r)->flags & LOOM_ROW_LOGITS)
             loom_cpu_rmsnorm(f.xn + (size_t)(k++) * H, f.x + (size_t)r * H,
                              m->norm_f, H, g->eps);
     if (k)
-        f.host->matmul(f.host, &m->lm_head, f.xn, out->logits, k);
+        loom_cpu_matmul_view(f.host, &m->lm_head, f.xn, k, &out->logits);
 
     for (int32_t s = 0; s < f.p->n_streams; s++) {
         const loom_plan_stream *ps = &f.p->streams[s];

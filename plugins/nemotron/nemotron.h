@@ -95,6 +95,8 @@ struct loom_model {
     nem_layer *layers;
     int32_t max_rows;
     int64_t max_context;
+    int32_t n_taps;        /* layers whose outputs LOOM_ROW_TAP rows copy */
+    int32_t *taps;         /* [n_taps] layer ids, set through loom.target/1 */
     loom_plan_rules rules; /* what a round may hold */
     loom_round_plan plan;  /* the round's rows by cache, grown as needed */
 };
@@ -116,6 +118,7 @@ struct loom_cache {
     int64_t len;            /* positions fed (and kept) so far */
     nem_mamba_state *mamba; /* [n_mamba] */
     loom_cpu_kv *kv;        /* [n_attn] */
+    int accounted;          /* its fixed bytes are in the host's account */
     /* the speculative window (see cache.c): per Mamba slot, the snapshot
      * holds [tail | ssm] and a log row [in | xbc | dt] */
     loom_window win;
@@ -150,5 +153,10 @@ uint64_t nem_cache_bytes_per_token(const nem_geometry *g);
 
 loom_status LOOM_ABI nem_forward(loom_model *m, const loom_round *round,
                                  const loom_output *out, loom_err *err);
+
+/* ---------------------------------------------------------------- target */
+
+/* The loom.target/1 vtable for LOOM_TARGET_ID (target.c), else NULL. */
+const void *LOOM_ABI nem_get_extension(const loom_model *m, const char *id);
 
 #endif

@@ -1,6 +1,7 @@
 /* The nemotron plugin's entry point: its descriptor, the probe that claims
- * Nemotron-H checkpoints, and the loom.family/1 vtable (open, close,
- * describe, caches, forward, commit) over the CPU path. */
+ * Nemotron-H checkpoints, and the loom.family/2 vtable (open, close,
+ * describe, caches, forward, commit, the loom.target/1 extension) over the
+ * CPU path. */
 #include "nemotron.h"
 
 #include <stdlib.h>
@@ -42,6 +43,7 @@ static void LOOM_ABI nem_close(loom_model *m)
         return;
     nem_weights_free(m);
     free(m->layer_kinds);
+    free(m->taps);
     loom_round_plan_free(&m->plan);
     free(m);
 }
@@ -51,12 +53,17 @@ static loom_status LOOM_ABI nem_open(const loom_host *host,
                                      const loom_model_options *opt,
                                      loom_model **model, loom_err *err)
 {
-    if (opt && opt->device == LOOM_DEVICE_CUDA)
+    /* an older host's options stop early: the rest take their defaults */
+    uint32_t osz = opt ? opt->struct_size : 0;
+    if (LOOM_HAS_FIELD(osz, loom_model_options, device) &&
+        opt->device == LOOM_DEVICE_CUDA)
         return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
                             "nemotron: no CUDA path yet (use --device cpu)");
-    if (opt && opt->n_taps > 0)
-        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
-                            "nemotron: tapped layers are not supported");
+    int64_t max_context = LOOM_HAS_FIELD(osz, loom_model_options, max_context)
+                              ? opt->max_context
+                              : 0;
+    int32_t max_rows =
+        LOOM_HAS_FIELD(osz, loom_model_options, max_rows) ? opt->max_rows : 0;
     loom_model *m = calloc(1, sizeof *m);
     if (!m)
         return loom_err_set(err, LOOM_ERR_NOMEM, "nemotron: out of memory");
@@ -78,14 +85,14 @@ static loom_status LOOM_ABI nem_open(const loom_host *host,
     for (int i = 0; i < m->g.n_layers; i++)
         m->layer_kinds[i] = m->g.kinds[i] == NEM_ATTN ? 'A' : m->g.kinds[i];
     m->layer_kinds[m->g.n_layers] = 0;
-    m->max_rows = opt && opt->max_rows > 0 ? opt->max_rows : 512;
-    m->max_context =
-        opt && opt->max_context > 0 ? opt->max_context : m->g.max_context;
+    m->max_rows = max_rows > 0 ? max_rows : 512;
+    m->max_context = max_context > 0 ? max_context : m->g.max_context;
     m->rules = (loom_plan_rules){.who = "nemotron forward",
                                  .vocab = m->g.vocab,
                                  .max_context = m->max_context,
                                  .max_rows = m->max_rows,
-                                 .refused_flags = LOOM_ROW_TAP,
+                                 .hidden = m->g.hidden,
+                                 .view_kind = LOOM_MEM_HOST,
                                  .cache_len = nem_cache_len};
     *model = m;
     return LOOM_OK;
@@ -115,9 +122,12 @@ static uint64_t nem_weight_bytes_per_token(const loom_model *m)
     return total;
 }
 
-static void LOOM_ABI nem_describe(const loom_model *m, loom_model_info *info)
+static void LOOM_ABI nem_describe(const loom_model *m, loom_model_info *out)
 {
     const nem_geometry *g = &m->g;
+    /* filled whole here, then copied only as far as the caller's struct */
+    loom_model_info full, *info = &full;
+    memset(info, 0, sizeof *info);
     info->vocab = g->vocab;
     info->hidden = g->hidden;
     info->n_layers = g->n_layers;
@@ -129,10 +139,15 @@ static void LOOM_ABI nem_describe(const loom_model *m, loom_model_info *info)
     info->cache_bytes_fixed = nem_cache_bytes_fixed(g);
     info->cache_bytes_per_token = nem_cache_bytes_per_token(g);
     info->max_rows = m->max_rows;
-    info->caps = LOOM_CAP_WINDOWS;
+    info->caps = LOOM_CAP_WINDOWS | LOOM_CAP_TAPS;
     info->device = LOOM_DEVICE_CPU;
     info->compute_dtype = LOOM_DTYPE_F32;
     info->weight_bytes_per_token = nem_weight_bytes_per_token(m);
+    size_t n = out->struct_size < sizeof full ? out->struct_size : sizeof full;
+    if (n < sizeof full.struct_size)
+        return;
+    full.struct_size = (uint32_t)n;
+    memcpy(out, &full, n);
 }
 
 static const loom_family_i nem_family = {
@@ -146,6 +161,7 @@ static const loom_family_i nem_family = {
     .cache_free = nem_cache_free,
     .forward = nem_forward,
     .commit = nem_cache_commit,
+    .get_extension = nem_get_extension,
 };
 
 LOOM_PLUGIN_ENTRY(LOOM_PLUGIN_FAMILY, LOOM_FAMILY_ID, nem_family, "nemotron",

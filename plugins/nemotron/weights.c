@@ -16,6 +16,7 @@ typedef struct bind_ctx {
 static loom_status weight(bind_ctx *b, const char *base, int64_t rows,
                           int64_t cols, loom_weight *w)
 {
+    w->struct_size = sizeof *w;
     return b->m->host->weight_find(b->m->ckpt, base, rows, cols, w, b->err);
 }
 
@@ -24,7 +25,7 @@ static loom_status weight(bind_ctx *b, const char *base, int64_t rows,
 static loom_status vec(bind_ctx *b, const char *name, int64_t n, int64_t lead,
                        float **out)
 {
-    loom_tensor t;
+    loom_tensor t = {.struct_size = sizeof t};
     loom_status rc = b->m->host->tensor_find(b->m->ckpt, name, &t, b->err);
     if (rc != LOOM_OK)
         return rc;
@@ -55,7 +56,7 @@ static loom_status vec(bind_ctx *b, const char *name, int64_t n, int64_t lead,
 
 static int has_tensor(bind_ctx *b, const char *name)
 {
-    loom_tensor t;
+    loom_tensor t = {.struct_size = sizeof t};
     loom_err e;
     return b->m->host->tensor_find(b->m->ckpt, name, &t, &e) == LOOM_OK;
 }
@@ -115,7 +116,7 @@ static loom_status bind_attention(bind_ctx *b, int i, nem_layer *L)
 static loom_status stacked_view(bind_ctx *b, const char *name, int e,
                                 int64_t rows, int64_t cols, loom_weight *w)
 {
-    loom_tensor t;
+    loom_tensor t = {.struct_size = sizeof t};
     loom_status rc = b->m->host->tensor_find(b->m->ckpt, name, &t, b->err);
     if (rc != LOOM_OK)
         return rc;
@@ -129,7 +130,8 @@ static loom_status stacked_view(bind_ctx *b, const char *name, int e,
                             "%lld] stack of experts",
                             name, b->m->g.n_experts, (long long)rows,
                             (long long)cols);
-    *w = (loom_weight){.dtype = t.dtype, .rows = rows, .cols = cols};
+    *w = (loom_weight){
+        .struct_size = sizeof *w, .dtype = t.dtype, .rows = rows, .cols = cols};
     w->data = (const char *)t.data + (size_t)e * (size_t)(rows * cols) * es;
     return LOOM_OK;
 }

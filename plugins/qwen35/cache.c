@@ -13,9 +13,11 @@
  * the tail shift), so the state ends bit for bit as if only those rows had
  * been fed; attention layers just truncate their K/V rows. This costs one
  * state copy per window plus ~(conv_dim + key_dim + value_dim) floats per
- * row and layer, instead of a full state snapshot per row. The SDK's
- * loom_window (loom/window.h) keeps the pending count, the buffers and what
- * commit(kept) must do; this file lays out what goes in them. */
+ * row and layer, instead of a full state snapshot per row. A cache holds
+ * one window at a time: the forward after it is refused until it is
+ * committed (ABI 2's one window rule). The SDK's loom_window
+ * (loom/window.h) keeps that state, the buffers and what commit(kept) must
+ * do; this file lays out what goes in them. */
 #include "qwen35.h"
 
 #include <stdlib.h>
@@ -60,13 +62,18 @@ loom_status LOOM_ABI q35_cache_new(loom_model *m, loom_cache **out,
     }
     for (int i = 0; i < m->n_attn; i++)
         loom_cpu_kv_init(&c->kv[i], m->g.n_kv_heads * m->g.head_dim);
-    /* a window continues over forwards while its rows begin speculative */
-    loom_window_init(&c->win, "qwen35", LOOM_WINDOW_EXTEND,
+    loom_window_init(&c->win, "qwen35",
                      lin * (size_t)(q35_tail_floats(m) + q35_state_floats(m)) *
                          sizeof(float),
                      lin * (size_t)m->log.size * sizeof(float));
-    m->host->account(m->host, "qwen35 cache",
-                     (int64_t)q35_cache_fixed_bytes(m));
+    loom_status st = m->host->account(m->host, LOOM_MEM_HOST, LOOM_MEM_CACHE,
+                                      (int64_t)q35_cache_fixed_bytes(m), err);
+    if (st != LOOM_OK) {
+        /* not counted (c->accounted is 0): nothing to give back */
+        q35_cache_free(m, c);
+        return st;
+    }
+    c->accounted = 1;
     *out = c;
     return LOOM_OK;
 }
@@ -88,9 +95,10 @@ void LOOM_ABI q35_cache_free(loom_model *m, loom_cache *c)
 {
     if (!c)
         return;
-    if (c->kv && c->conv && c->state)
-        m->host->account(m->host, "qwen35 cache",
-                         -(int64_t)q35_cache_fixed_bytes(m));
+    /* giving bytes back is never refused */
+    if (c->accounted)
+        (void)m->host->account(m->host, LOOM_MEM_HOST, LOOM_MEM_CACHE,
+                               -(int64_t)q35_cache_fixed_bytes(m), NULL);
     if (c->kv)
         for (int i = 0; i < m->n_attn; i++)
             loom_cpu_kv_free(&c->kv[i]);

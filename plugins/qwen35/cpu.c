@@ -115,7 +115,7 @@ static void LOOM_ABI q35_attn_task(void *ctx, int64_t begin, int64_t end)
     float scale = 1.0f / sqrtf((float)hd);
     for (int64_t i = begin; i < end; i++) {
         int64_t t = i / nh, h = i % nh;
-        const loom_row *r = &j->round->rows[t];
+        const loom_row *r = loom_round_row(j->round, (int32_t)t);
         const loom_cpu_kv *kv = &r->cache->kv[j->slot];
         const float *q = j->qg + t * 2 * nh * hd + h * 2 * hd;
         float *o = j->o + t * nh * hd + h * hd;
@@ -143,7 +143,7 @@ static void q35_attention(loom_model *m, const loom_round *round,
     host->matmul(host, &L->k_proj, s->xn, s->big1, T);
     host->matmul(host, &L->v_proj, s->xn, s->big2, T);
     for (int64_t t = 0; t < T; t++) {
-        const loom_row *r = &round->rows[t];
+        const loom_row *r = loom_round_row(round, (int32_t)t);
         float *qg = s->big0 + t * 2 * nh * hd;
         float *k = s->big1 + t * nkv * hd;
         for (int64_t h = 0; h < nh; h++) {
@@ -193,7 +193,7 @@ static void LOOM_ABI q35_gdn_conv_task(void *ctx, int64_t begin, int64_t end)
             const float *x = s->big0 + t * cd;
             float *y = s->conv_out + t * cd;
             float *log = NULL;
-            int32_t li = loom_window_index(&c->win, st, k);
+            int32_t li = loom_window_index(st, k);
             if (li >= 0) {
                 if (li == 0) {
                     /* the state's snapshot is taken per head by
@@ -251,7 +251,7 @@ static void LOOM_ABI q35_gdn_rec_task(void *ctx, int64_t begin, int64_t end)
         float *S = c->state + (size_t)j->slot * (size_t)sf + off;
         for (int32_t k = 0; k < st->count; k++) {
             int64_t t = loom_plan_row(&m->plan, st, k);
-            if (loom_window_index(&c->win, st, k) == 0)
+            if (loom_window_index(st, k) == 0)
                 memcpy(q35_cache_snap_state(m, c, j->slot) + off, S,
                        (size_t)(dk * dv) * sizeof(float));
             const float *y = s->conv_out + t * cd;
@@ -402,9 +402,10 @@ static void q35_moe(loom_model *m, const q35_layer *L, int64_t T)
 
 /* ---------------------------------------------------------------- forward */
 
-/* Copies layer `layer`'s output (the residual stream after it) of each row
- * flagged LOOM_ROW_TAP to out->taps [k, n_taps, hidden], for every tap slot
- * naming that layer. */
+/* Copies layer `layer`'s output (the residual stream after it, before the
+ * final norm) of each row flagged LOOM_ROW_TAP to row k of out->taps
+ * [k, n_taps * hidden], at slot j * hidden for every tap slot j naming that
+ * layer. */
 static void q35_tap(loom_model *m, const loom_round *round,
                     const loom_output *out, int64_t layer)
 {
@@ -413,12 +414,10 @@ static void q35_tap(loom_model *m, const loom_round *round,
         if (m->taps[j] != layer)
             continue;
         int64_t k = 0;
-        for (int64_t t = 0; t < round->n_rows; t++)
-            if (round->rows[t].flags & LOOM_ROW_TAP) {
-                memcpy(out->taps + (k * m->n_taps + j) * H, m->s.h + t * H,
-                       (size_t)H * sizeof(float));
-                k++;
-            }
+        for (int32_t t = 0; t < round->n_rows; t++)
+            if (loom_round_row(round, t)->flags & LOOM_ROW_TAP)
+                memcpy(loom_view_row_f32(&out->taps, k++) + j * H,
+                       m->s.h + (int64_t)t * H, (size_t)H * sizeof(float));
     }
 }
 
@@ -448,12 +447,10 @@ loom_status LOOM_ABI q35_forward(loom_model *m, const loom_round *round,
         return st;
 
     /* nothing can fail from here on: the caches start to change */
-    for (int32_t i = 0; i < p->n_streams; i++)
-        loom_window_begin(&p->streams[i].cache->win, &p->streams[i]);
-
     q35_scratch *s = &m->s;
     for (int64_t t = 0; t < T; t++)
-        host->weight_row(&m->w.embed, round->rows[t].token, s->h + t * H);
+        host->weight_row(&m->w.embed, loom_round_row(round, (int32_t)t)->token,
+                         s->h + t * H);
     for (int64_t i = 0; i < g->n_layers; i++) {
         const q35_layer *L = &m->w.layers[i];
         q35_norm_rows(s->xn, s->h, L->in_norm, T, H, eps);
@@ -473,10 +470,11 @@ loom_status LOOM_ABI q35_forward(loom_model *m, const loom_round *round,
     if (p->n_logits > 0) {
         int64_t k = 0;
         for (int64_t t = 0; t < T; t++)
-            if (round->rows[t].flags & LOOM_ROW_LOGITS)
+            if (loom_round_row(round, (int32_t)t)->flags & LOOM_ROW_LOGITS)
                 loom_cpu_rmsnorm(s->xn + (k++) * H, s->h + t * H, m->w.norm, H,
                                  eps);
-        host->matmul(host, &m->w.lm_head, s->xn, out->logits, p->n_logits);
+        loom_cpu_matmul_view(host, &m->w.lm_head, s->xn, p->n_logits,
+                             &out->logits);
     }
 
     for (int32_t i = 0; i < p->n_streams; i++) {

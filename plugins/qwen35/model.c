@@ -1,5 +1,6 @@
 /* The Qwen3.5 model's lifetime: open (geometry, weights, RoPE table, replay
- * log layout), close, and describe. */
+ * log layout), close, and describe. Taps come later, through loom.target/1
+ * (target.c). */
 #include "qwen35.h"
 
 #include <stdlib.h>
@@ -31,35 +32,21 @@ loom_status LOOM_ABI q35_open(const loom_host *host,
     loom_status st = q35_geometry_parse(host, ckpt, &m->g, err);
     if (st != LOOM_OK)
         goto fail;
-    if (opt && opt->device == LOOM_DEVICE_CUDA) {
+    /* an older host's options stop early: the rest take their defaults */
+    uint32_t osz = opt ? opt->struct_size : 0;
+    int32_t device = LOOM_HAS_FIELD(osz, loom_model_options, device)
+                         ? opt->device
+                         : LOOM_DEVICE_CPU;
+    int64_t max_context = LOOM_HAS_FIELD(osz, loom_model_options, max_context)
+                              ? opt->max_context
+                              : 0;
+    int32_t max_rows =
+        LOOM_HAS_FIELD(osz, loom_model_options, max_rows) ? opt->max_rows : 0;
+    if (device == LOOM_DEVICE_CUDA) {
         st = loom_err_set(err, LOOM_ERR_UNSUPPORTED,
                           "qwen35: the CUDA path is not built; use the CPU "
                           "device");
         goto fail;
-    }
-    if (opt && opt->n_taps > 0) {
-        if (!opt->taps) {
-            st = loom_err_set(err, LOOM_ERR_INVALID,
-                              "qwen35: %d taps asked with no layer list",
-                              opt->n_taps);
-            goto fail;
-        }
-        m->taps = malloc((size_t)opt->n_taps * sizeof *m->taps);
-        if (!m->taps) {
-            st = loom_err_set(err, LOOM_ERR_NOMEM, "qwen35: no memory");
-            goto fail;
-        }
-        for (int32_t i = 0; i < opt->n_taps; i++) {
-            if (opt->taps[i] < 0 || opt->taps[i] >= m->g.n_layers) {
-                st = loom_err_set(err, LOOM_ERR_RANGE,
-                                  "qwen35: tapped layer %d is not one of "
-                                  "the %lld layers",
-                                  opt->taps[i], (long long)m->g.n_layers);
-                goto fail;
-            }
-            m->taps[i] = opt->taps[i];
-        }
-        m->n_taps = opt->n_taps;
     }
     st = q35_weights_bind(host, ckpt, &m->g, &m->w, err);
     if (st != LOOM_OK)
@@ -80,14 +67,14 @@ loom_status LOOM_ABI q35_open(const loom_host *host,
     m->log.decay = m->log.v + q35_value_dim(g);
     m->log.beta = m->log.decay + g->lin_v_heads;
     m->log.size = m->log.beta + g->lin_v_heads;
-    m->max_rows = opt && opt->max_rows > 0 ? opt->max_rows : 512;
-    m->max_context =
-        opt && opt->max_context > 0 ? opt->max_context : g->max_pos;
+    m->max_rows = max_rows > 0 ? max_rows : 512;
+    m->max_context = max_context > 0 ? max_context : g->max_pos;
     m->rules = (loom_plan_rules){.who = "qwen35 forward",
                                  .vocab = g->vocab,
                                  .max_context = m->max_context,
                                  .max_rows = m->max_rows,
-                                 .n_taps = m->n_taps,
+                                 .hidden = g->hidden,
+                                 .view_kind = LOOM_MEM_HOST,
                                  .cache_len = q35_cache_len};
     *out = m;
     return LOOM_OK;
@@ -96,11 +83,11 @@ fail:
     return st;
 }
 
-void LOOM_ABI q35_describe(const loom_model *m, loom_model_info *info)
+void LOOM_ABI q35_describe(const loom_model *m, loom_model_info *out)
 {
-    uint32_t size = info->struct_size;
+    /* filled whole here, then copied only as far as the caller's struct */
+    loom_model_info full, *info = &full;
     memset(info, 0, sizeof *info);
-    info->struct_size = size ? size : (uint32_t)sizeof *info;
     info->vocab = (int32_t)m->g.vocab;
     info->hidden = (int32_t)m->g.hidden;
     info->n_layers = (int32_t)m->g.n_layers;
@@ -116,4 +103,9 @@ void LOOM_ABI q35_describe(const loom_model *m, loom_model_info *info)
     info->compute_dtype = LOOM_DTYPE_F32;
     info->weight_bytes_per_token =
         q35_weight_bytes_per_token((q35_weights *)&m->w, &m->g);
+    size_t n = out->struct_size < sizeof full ? out->struct_size : sizeof full;
+    if (n < sizeof full.struct_size)
+        return;
+    full.struct_size = (uint32_t)n;
+    memcpy(out, &full, n);
 }

@@ -1,5 +1,5 @@
 /* The Qwen3.5 / Qwen3-Next family plugin's one export: its descriptor and
- * the loom.family/1 vtable. */
+ * the loom.family/2 vtable. */
 #include "qwen35.h"
 
 #include <loom/entry.h>
@@ -29,6 +29,7 @@ static const loom_family_i q35_family = {
     .cache_free = q35_cache_free,
     .forward = q35_forward,
     .commit = q35_commit,
+    .get_extension = q35_get_extension,
 };
 
 LOOM_PLUGIN_ENTRY(LOOM_PLUGIN_FAMILY, LOOM_FAMILY_ID, q35_family, "qwen35",

@@ -121,6 +121,7 @@ struct loom_cache {
     loom_cpu_kv *kv; /* [n_attn] */
     float *conv;     /* [n_lin][(K-1) * conv_dim] oldest first */
     float *state;    /* [n_lin][Hv][dk][dv] fp32 recurrent state */
+    int accounted;   /* its fixed bytes are in the host's account */
     /* speculation (see cache.c): the snapshot is conv's then state's
      * [n_lin] copies, a log row is [n_lin][log.size] floats */
     loom_window win;
@@ -152,7 +153,7 @@ struct loom_model {
     int *slot;       /* layer -> index among its kind */
     float *inv_freq; /* [rot_dim / 2] */
     int32_t n_taps;  /* layers whose outputs LOOM_ROW_TAP rows copy */
-    int32_t *taps;   /* [n_taps] layer ids */
+    int32_t *taps;   /* [n_taps] layer ids, set through loom.target/1 */
     q35_log_layout log;
     int32_t max_rows;
     int64_t max_context;
@@ -202,6 +203,9 @@ loom_status LOOM_ABI q35_open(const loom_host *host,
                               loom_err *err);
 void LOOM_ABI q35_close(loom_model *m);
 void LOOM_ABI q35_describe(const loom_model *m, loom_model_info *info);
+
+/* the loom.target/1 extension (target.c): its vtable for LOOM_TARGET_ID */
+const void *LOOM_ABI q35_get_extension(const loom_model *m, const char *id);
 
 /* probe (probe.c) */
 int32_t LOOM_ABI q35_probe(const loom_host *host, const loom_checkpoint *ckpt);

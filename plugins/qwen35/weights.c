@@ -41,6 +41,7 @@ static loom_status q35_linear(const q35_binder *b, const char *name,
 {
     char base[256];
     snprintf(base, sizeof base, "%s%s", b->prefix, name);
+    out->struct_size = sizeof *out;
     return b->host->weight_find(b->ckpt, base, rows, cols, out, b->err);
 }
 
@@ -54,7 +55,7 @@ static loom_status q35_floats(const q35_binder *b, const char *name,
 {
     char full[256];
     snprintf(full, sizeof full, "%s%s", b->prefix, name);
-    loom_tensor t;
+    loom_tensor t = {.struct_size = sizeof t};
     loom_status st = b->host->tensor_find(b->ckpt, full, &t, b->err);
     if (st != LOOM_OK)
         return st;
@@ -355,8 +356,19 @@ static void q35_weights_resident(const loom_host *host, q35_weights *w,
         free(list);
         return;
     }
+    loom_err aerr = {{0}};
+    if (host->account(host, LOOM_MEM_HOST, LOOM_MEM_WEIGHTS, (int64_t)total,
+                      &aerr) != LOOM_OK) {
+        host->log(host, LOOM_LOG_INFO,
+                  "qwen35: weights are read from the file mapping (%s)",
+                  aerr.msg);
+        free(list);
+        return;
+    }
     char *arena = malloc(total + 64);
     if (!arena) {
+        (void)host->account(host, LOOM_MEM_HOST, LOOM_MEM_WEIGHTS,
+                            -(int64_t)total, NULL);
         host->log(host, LOOM_LOG_WARN,
                   "qwen35: no %zu bytes to hold the weights in memory; "
                   "reading them from the file mapping",
@@ -385,14 +397,14 @@ static void q35_weights_resident(const loom_host *host, q35_weights *w,
     w->resident = arena;
     w->resident_bytes = (int64_t)total;
     w->host = host;
-    host->account(host, "qwen35 weights", (int64_t)total);
     free(list);
 }
 
 void q35_weights_free(q35_weights *w)
 {
     if (w->resident)
-        w->host->account(w->host, "qwen35 weights", -w->resident_bytes);
+        (void)w->host->account(w->host, LOOM_MEM_HOST, LOOM_MEM_WEIGHTS,
+                               -w->resident_bytes, NULL);
     free(w->resident);
     if (w->layers) {
         for (int i = 0; i < Q35_MAX_LAYERS && w->layers[i].kind; i++) {
@@ -422,7 +434,7 @@ loom_status q35_weights_bind(const loom_host *host, const loom_checkpoint *ckpt,
     for (size_t i = 0; i < sizeof q35_prefixes / sizeof *q35_prefixes; i++) {
         char probe[96];
         size_t cur = 0;
-        loom_tensor t;
+        loom_tensor t = {.struct_size = sizeof t};
         snprintf(probe, sizeof probe, "%sembed_tokens.", q35_prefixes[i]);
         if (host->tensor_next(ckpt, probe, &cur, &t)) {
             b.prefix = q35_prefixes[i];
@@ -449,6 +461,7 @@ loom_status q35_weights_bind(const loom_host *host, const loom_checkpoint *ckpt,
         const char *head = strcmp(b.prefix, "language_model.model.") == 0
                                ? "language_model.lm_head"
                                : "lm_head";
+        w->lm_head.struct_size = sizeof w->lm_head;
         if ((st = host->weight_find(ckpt, head, g->vocab, H, &w->lm_head, err)))
             goto fail;
     }

@@ -378,3 +378,16 @@ loom_status loom_cpu_tensor_f32(const loom_tensor *t, float *out, int64_t n,
         out[i] = loom_cpu_load_f32(t->data, t->dtype, i);
     return LOOM_OK;
 }
+
+void loom_cpu_matmul_view(const loom_host *host, const loom_weight *w,
+                          const float *x, int64_t n, const loom_view *y)
+{
+    if (n <= 0)
+        return;
+    if (y->strides[0] == w->rows) {
+        host->matmul(host, w, x, loom_view_row_f32(y, 0), n);
+        return;
+    }
+    for (int64_t t = 0; t < n; t++)
+        host->matmul(host, w, x + t * w->cols, loom_view_row_f32(y, t), 1);
+}

@@ -1,7 +1,7 @@
 /* Groups a round's rows by cache and checks them (loom/round_plan.h): one
  * pass finds each row's stream through an open-addressing map keyed by the
  * cache pointer, a second lays the rows out stream by stream and checks
- * positions; both O(rows). */
+ * positions; both O(rows). Also the check of the views a forward writes. */
 #include <loom/round_plan.h>
 
 #include <stdlib.h>
@@ -97,6 +97,49 @@ static const char *plan_flag_name(uint32_t flag)
     }
 }
 
+/* The output views the rows ask for: logits [n_logits, vocab] and, when
+ * the family taps layers, taps [n_taps rows, n_taps * hidden]. */
+static loom_status plan_check_output(const loom_round_plan *p,
+                                     const loom_output *out,
+                                     const loom_plan_rules *rules,
+                                     loom_err *err)
+{
+    const char *who = rules->who;
+    int want_taps = p->n_taps > 0 && rules->n_taps > 0;
+    if (p->n_logits == 0 && !want_taps)
+        return LOOM_OK;
+    if (!out)
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "%s: %d rows ask for logits and %d for taps, but "
+                            "there is no output",
+                            who, p->n_logits, want_taps ? p->n_taps : 0);
+    if (p->n_logits > 0) {
+        if (!LOOM_HAS_FIELD(out->struct_size, loom_output, logits))
+            return loom_err_set(err, LOOM_ERR_INVALID,
+                                "%s: the output is %u bytes, too small to hold "
+                                "a logits view",
+                                who, (unsigned)out->struct_size);
+        loom_status st =
+            loom_view_check(&out->logits, rules->view_kind, p->n_logits,
+                            rules->vocab, who, "logits", err);
+        if (st != LOOM_OK)
+            return st;
+    }
+    if (want_taps) {
+        if (!LOOM_HAS_FIELD(out->struct_size, loom_output, taps))
+            return loom_err_set(err, LOOM_ERR_INVALID,
+                                "%s: %d rows ask for taps, but the output is "
+                                "%u bytes, too small to hold a taps view",
+                                who, p->n_taps, (unsigned)out->struct_size);
+        loom_status st = loom_view_check(
+            &out->taps, rules->view_kind, p->n_taps,
+            (int64_t)rules->n_taps * rules->hidden, who, "taps", err);
+        if (st != LOOM_OK)
+            return st;
+    }
+    return LOOM_OK;
+}
+
 /* The checks of one row on its own, before it joins a stream. */
 static loom_status plan_check_row(const loom_row *r, int32_t i,
                                   const loom_plan_rules *rules, loom_err *err)
@@ -127,14 +170,65 @@ static loom_status plan_check_row(const loom_row *r, int32_t i,
     return LOOM_OK;
 }
 
+loom_status loom_view_check(const loom_view *v, int32_t kind, int64_t rows,
+                            int64_t cols, const char *who, const char *what,
+                            loom_err *err)
+{
+    if (!v || v->ndim == 0)
+        return loom_err_set(err, LOOM_ERR_INVALID, "%s: no %s view", who, what);
+    if (v->struct_size < sizeof *v)
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "%s: the %s view is %u bytes, ABI 2.0's is %zu",
+                            who, what, (unsigned)v->struct_size, sizeof *v);
+    if (v->kind != kind)
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "%s: the %s view is %s memory, but this model runs "
+                            "on the %s (%s views only)",
+                            who, what,
+                            v->kind == LOOM_MEM_DEVICE ? "device" : "host",
+                            kind == LOOM_MEM_DEVICE ? "device" : "CPU",
+                            kind == LOOM_MEM_DEVICE ? "device" : "host");
+    if (v->dtype != LOOM_DTYPE_F32)
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "%s: the %s view has dtype %d, not float32", who,
+                            what, (int)v->dtype);
+    if (v->ndim != 2 || v->shape[0] < rows || v->shape[1] != cols)
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "%s: the %s view has %d dims [%lld, %lld], but "
+                            "[>= %lld, %lld] are needed",
+                            who, what, (int)v->ndim, (long long)v->shape[0],
+                            (long long)(v->ndim > 1 ? v->shape[1] : 0),
+                            (long long)rows, (long long)cols);
+    if (v->strides[1] != 1 || v->strides[0] < cols)
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "%s: the %s view's strides [%lld, %lld] are not "
+                            "dense rows of %lld",
+                            who, what, (long long)v->strides[0],
+                            (long long)v->strides[1], (long long)cols);
+    if (kind == LOOM_MEM_HOST ? !v->data : !v->device_ptr)
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "%s: the %s view has no "
+                            "memory",
+                            who, what);
+    return LOOM_OK;
+}
+
 loom_status loom_round_plan_make(loom_round_plan *p, const loom_round *round,
                                  const loom_output *out,
                                  const loom_plan_rules *rules, loom_err *err)
 {
     const char *who = rules->who;
-    int32_t n = round->n_rows > 0 ? round->n_rows : 0;
     p->n_streams = p->n_rows = p->n_logits = p->n_taps = 0;
     p->max_len = 0;
+    if (!LOOM_HAS_FIELD(round->struct_size, loom_round, n_rows))
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "%s: the round is %u bytes, ABI 2.0's is %zu", who,
+                            (unsigned)round->struct_size, sizeof *round);
+    int32_t n = round->n_rows > 0 ? round->n_rows : 0;
+    if (n > 0 && round->row_size < sizeof(loom_row))
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "%s: rows are %u bytes, ABI 2.0's are %zu", who,
+                            (unsigned)round->row_size, sizeof(loom_row));
     if (n > 0 && !round->rows)
         return loom_err_set(err, LOOM_ERR_INVALID,
                             "%s: %d rows but no row array", who, n);
@@ -154,7 +248,7 @@ loom_status loom_round_plan_make(loom_round_plan *p, const loom_round *round,
     memset(p->map, 0, size * sizeof *p->map);
 
     for (int32_t i = 0; i < n; i++) {
-        const loom_row *r = &round->rows[i];
+        const loom_row *r = loom_round_row(round, i);
         st = plan_check_row(r, i, rules, err);
         if (st != LOOM_OK)
             return st;
@@ -164,16 +258,9 @@ loom_status loom_round_plan_make(loom_round_plan *p, const loom_round *round,
         p->stream_of[i] = s;
         p->streams[s].count++;
     }
-    if (p->n_logits > 0 && (!out || !out->logits))
-        return loom_err_set(err, LOOM_ERR_INVALID,
-                            "%s: %d rows ask for logits but the output has no "
-                            "logits buffer",
-                            who, p->n_logits);
-    if (p->n_taps > 0 && rules->n_taps > 0 && (!out || !out->taps))
-        return loom_err_set(err, LOOM_ERR_INVALID,
-                            "%s: %d rows ask for taps but the output has no "
-                            "taps buffer",
-                            who, p->n_taps);
+    st = plan_check_output(p, out, rules, err);
+    if (st != LOOM_OK)
+        return st;
 
     /* lay the rows out stream by stream, each in round order */
     int32_t off = 0;
@@ -184,7 +271,7 @@ loom_status loom_round_plan_make(loom_round_plan *p, const loom_round *round,
         ps->count = 0;
     }
     for (int32_t i = 0; i < n; i++) {
-        const loom_row *r = &round->rows[i];
+        const loom_row *r = loom_round_row(round, i);
         loom_plan_stream *ps = &p->streams[p->stream_of[i]];
         int32_t k = ps->count++;
         p->rows[ps->first + k] = i;
@@ -209,6 +296,12 @@ loom_status loom_round_plan_make(loom_round_plan *p, const loom_round *round,
                                 "%s: row %d (position %d) is not speculative "
                                 "but follows a speculative row of its cache",
                                 who, i, r->position);
+        if (spec && k - ps->first_spec >= LOOM_MAX_WINDOW)
+            return loom_err_set(err, LOOM_ERR_RANGE,
+                                "%s: row %d (position %d) would make its "
+                                "cache's window longer than LOOM_MAX_WINDOW "
+                                "(%d rows)",
+                                who, i, r->position, LOOM_MAX_WINDOW);
     }
     for (int32_t s = 0; s < p->n_streams; s++) {
         int64_t len = p->streams[s].len0 + p->streams[s].count;

@@ -1,17 +1,15 @@
-/* A cache's speculative-window bookkeeping (loom/window.h): the pending
- * count, the snapshot and replay log buffers, and what commit(kept) asks. */
+/* A cache's speculative-window bookkeeping (loom/window.h): whether a window
+ * is open, the snapshot and replay log buffers, and what commit(kept) asks. */
 #include <loom/window.h>
 
 #include <stdlib.h>
 #include <string.h>
 
-void loom_window_init(loom_window *w, const char *who,
-                      loom_window_policy policy, size_t snap_bytes,
+void loom_window_init(loom_window *w, const char *who, size_t snap_bytes,
                       size_t row_bytes)
 {
     memset(w, 0, sizeof *w);
     w->who = who;
-    w->policy = policy;
     w->snap_bytes = snap_bytes;
     w->row_bytes = row_bytes;
     w->start = -1;
@@ -31,23 +29,17 @@ void loom_window_reset(loom_window *w)
 {
     w->pending = 0;
     w->start = -1;
-    w->base = 0;
-}
-
-/* Where this forward's first speculative row of s logs, by the policy. */
-static int32_t window_base(const loom_window *w, const loom_plan_stream *s)
-{
-    /* ABI 2's one window rule (a forward on a cache with a pending window
-     * is LOOM_ERR_STATE) becomes one check at the top of
-     * loom_window_reserve and retires this policy */
-    if (w->policy == LOOM_WINDOW_EXTEND && s->first_spec == 0)
-        return w->pending;
-    return 0;
 }
 
 loom_status loom_window_reserve(loom_window *w, const loom_plan_stream *s,
                                 loom_err *err)
 {
+    if (w->pending > 0)
+        return loom_err_set(err, LOOM_ERR_STATE,
+                            "%s forward: the cache's window of %d speculative "
+                            "rows (from position %lld) is not committed; the "
+                            "next call on it must be commit",
+                            w->who, w->pending, (long long)w->start);
     int32_t n_spec = loom_plan_n_spec(s);
     if (n_spec == 0)
         return LOOM_OK;
@@ -59,11 +51,9 @@ loom_status loom_window_reserve(loom_window *w, const loom_plan_stream *s,
                                 "snapshot",
                                 w->who, w->snap_bytes);
     }
-    int32_t rows = window_base(w, s) + n_spec;
-    if (rows > w->log_cap && w->row_bytes > 0) {
-        int32_t cap = w->log_cap ? w->log_cap : 16;
-        while (cap < rows)
-            cap *= 2;
+    if (n_spec > w->log_cap && w->row_bytes > 0) {
+        /* a window is at most LOOM_MAX_WINDOW rows: one size serves all */
+        int32_t cap = n_spec > LOOM_MAX_WINDOW ? n_spec : LOOM_MAX_WINDOW;
         unsigned char *log = realloc(w->log, (size_t)cap * w->row_bytes);
         if (!log)
             return loom_err_set(err, LOOM_ERR_NOMEM,
@@ -75,33 +65,27 @@ loom_status loom_window_reserve(loom_window *w, const loom_plan_stream *s,
     return LOOM_OK;
 }
 
-void loom_window_begin(loom_window *w, const loom_plan_stream *s)
-{
-    w->base = window_base(w, s);
-    if (w->base == 0) {
-        /* the forward's rows keep every pending row */
-        w->pending = 0;
-        w->start = -1;
-    }
-}
-
 void loom_window_end(loom_window *w, const loom_plan_stream *s)
 {
     int32_t n_spec = loom_plan_n_spec(s);
     if (n_spec == 0)
         return;
-    if (w->base == 0)
-        w->start = s->len0 + s->first_spec;
-    w->pending = w->base + n_spec;
+    w->start = s->len0 + s->first_spec;
+    w->pending = n_spec;
 }
 
 loom_status loom_window_commit(loom_window *w, int32_t kept,
                                loom_window_keep *keep, loom_err *err)
 {
+    if (w->pending == 0)
+        return loom_err_set(err, LOOM_ERR_STATE,
+                            "%s commit: the cache has no window to commit "
+                            "(commit follows a forward with speculative rows)",
+                            w->who);
     if (kept < 0 || kept > w->pending)
         return loom_err_set(err, LOOM_ERR_RANGE,
-                            "%s commit: kept = %d, but the cache holds %d "
-                            "speculative rows",
+                            "%s commit: kept = %d, but the window holds %d "
+                            "rows",
                             w->who, kept, w->pending);
     keep->rollback = kept < w->pending;
     keep->kept = kept;

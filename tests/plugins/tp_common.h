@@ -27,15 +27,51 @@ static loom_status LOOM_ABI tp_open(const loom_host *h,
     return loom_err_set(err, LOOM_ERR_UNSUPPORTED, "test plugin");
 }
 
+/* Never reached (tp_open fails); present because the vtable requires them. */
+static void LOOM_ABI tp_close(loom_model *m)
+{
+    (void)m;
+}
+
+static void LOOM_ABI tp_describe(const loom_model *m, loom_model_info *info)
+{
+    (void)m;
+    (void)info;
+}
+
+static loom_status LOOM_ABI tp_cache_new(loom_model *m, loom_cache **c,
+                                         loom_err *err)
+{
+    (void)m;
+    (void)c;
+    return loom_err_set(err, LOOM_ERR_UNSUPPORTED, "test plugin");
+}
+
+static void LOOM_ABI tp_cache_free(loom_model *m, loom_cache *c)
+{
+    (void)m;
+    (void)c;
+}
+
+static loom_status LOOM_ABI tp_forward(loom_model *m, const loom_round *r,
+                                       const loom_output *o, loom_err *err)
+{
+    (void)m;
+    (void)r;
+    (void)o;
+    return loom_err_set(err, LOOM_ERR_UNSUPPORTED, "test plugin");
+}
+
 static const loom_family_i tp_family = {
     sizeof(loom_family_i),
     tp_geometry,
     tp_open,
+    tp_close,
+    tp_describe,
+    tp_cache_new,
     NULL,
-    NULL,
-    NULL,
-    NULL,
-    NULL,
+    tp_cache_free,
+    tp_forward,
     NULL,
     NULL,
 };

@@ -1,5 +1,4 @@
-/* A test plugin whose descriptor claims a struct_size smaller than ABI 1.0's.
- */
+/* A test plugin whose descriptor is smaller than ABI 2.0's fields. */
 #include "tp_common.h"
 
 static int32_t LOOM_ABI probe(const loom_host *h, const loom_checkpoint *c)

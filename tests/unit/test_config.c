@@ -243,7 +243,7 @@ static void LOOM_ABI keep_str(void *ctx, const char *key, const char *value)
 START_TEST(report_ids)
 {
     char got[2048];
-    loom_fields out = {got, NULL, NULL, keep_str};
+    loom_fields out = {sizeof out, got, NULL, NULL, keep_str};
     const int32_t ids[] = {1, 7, 9};
     loom_cfg_report_ids(&out, "eos", ids, 3);
     ck_assert_str_eq(got, "1,7,9");

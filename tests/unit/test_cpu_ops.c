@@ -282,7 +282,8 @@ START_TEST(tensors)
 {
     uint16_t bf[3] = {loom_f32_to_bf16(1.5f), loom_f32_to_bf16(-2.0f),
                       loom_f32_to_bf16(0.25f)};
-    loom_tensor t = {"x.weight", LOOM_DTYPE_BF16, 1, {3}, bf, sizeof bf};
+    loom_tensor t = {sizeof t, "x.weight", LOOM_DTYPE_BF16, 1,
+                     {3},      bf,         sizeof bf};
     float out[3];
     loom_err err;
     ck_assert_int_eq(loom_cpu_tensor_f32(&t, out, 3, &err), LOOM_OK);

@@ -349,9 +349,13 @@ START_TEST(plugin_log_lines_carry_the_plugin_name)
 
     /* the lent table shares the core's pool and accounting */
     ck_assert_int_eq(good->host->n_threads(good->host), 3);
-    good->host->account(good->host, "test", 4096);
-    qwen->host->account(qwen->host, "test", -1024);
-    ck_assert_int_eq(hs.accounted_bytes, 3072);
+    ck_assert_int_eq(good->host->account(good->host, LOOM_MEM_HOST,
+                                         LOOM_MEM_SCRATCH, 4096, NULL),
+                     LOOM_OK);
+    ck_assert_int_eq(qwen->host->account(qwen->host, LOOM_MEM_HOST,
+                                         LOOM_MEM_SCRATCH, -1024, NULL),
+                     LOOM_OK);
+    ck_assert_int_eq(loom_host_accounted(&hs, LOOM_MEM_HOST, -1), 3072);
     loom_registry_free(reg);
     loom_pool_free(pool);
 }

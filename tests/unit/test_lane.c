@@ -214,12 +214,12 @@ static int32_t reference(loom_engine *e, const int32_t *prompt, int32_t n,
                          const loom_sample_params *sp, int32_t max_tokens,
                          int64_t max_context, int32_t *out)
 {
-    const loom_family_i *f = e->family;
+    const loom_family *f = &e->family;
     int32_t V = e->info.vocab;
     loom_cache *cache = NULL;
     loom_err err;
-    ck_assert_msg(f->cache_new(e->model, &cache, &err) == LOOM_OK, "%s",
-                  err.msg);
+    ck_assert_msg(loom_family_cache_new(f, e->model, &cache, &err) == LOOM_OK,
+                  "%s", err.msg);
     loom_sampler *s = NULL;
     ck_assert_int_eq(loom_sampler_new(sp, V, 0, &s, &err), LOOM_OK);
     float *logits = malloc(sizeof(float) * (size_t)V);
@@ -231,10 +231,10 @@ static int32_t reference(loom_engine *e, const int32_t *prompt, int32_t n,
         int32_t feed = pos < n ? prompt[pos] : tok;
         loom_row row = {cache, feed, pos, -1,
                         (pos >= n - 1) ? LOOM_ROW_LOGITS : 0u};
-        loom_round r = {&row, 1};
-        loom_output o = {logits, NULL};
-        ck_assert_msg(f->forward(e->model, &r, &o, &err) == LOOM_OK, "%s",
-                      err.msg);
+        loom_round r = {sizeof r, sizeof row, &row, 1};
+        loom_output o = {sizeof o, loom_view_host_f32(logits, 1, V), {0}};
+        ck_assert_msg(loom_family_forward(f, e->model, &r, &o, &err) == LOOM_OK,
+                      "%s", err.msg);
         pos++;
         if (pos < n && !last_prompt)
             continue;
@@ -252,7 +252,7 @@ static int32_t reference(loom_engine *e, const int32_t *prompt, int32_t n,
     }
     free(logits);
     loom_sampler_free(s);
-    f->cache_free(e->model, cache);
+    loom_family_cache_free(f, e->model, cache);
     return ng;
 }
 
@@ -423,7 +423,7 @@ END_TEST
 START_TEST(cancelled_stream_frees_its_cache)
 {
     loom_engine *e = open_toy(0);
-    int64_t base = e->hs.accounted_bytes;
+    int64_t base = loom_host_accounted(&e->hs, LOOM_MEM_HOST, -1);
     loom_lane *lane = new_lane(e, 4, 16, 0);
     static const int32_t prompt[3] = {7, 8, 9};
     loom_sample_params sp;
@@ -495,7 +495,8 @@ START_TEST(cancelled_stream_frees_its_cache)
     ck_assert_int_eq(w.n, 0);
     ck_assert_int_eq(r.finish, LOOM_FINISH_LENGTH);
     loom_lane_free(lane);
-    ck_assert_int_eq(e->hs.accounted_bytes, base); /* every cache freed */
+    ck_assert_int_eq(loom_host_accounted(&e->hs, LOOM_MEM_HOST, -1),
+                     base); /* every cache freed */
     loom_engine_close(e);
 }
 END_TEST
@@ -503,7 +504,7 @@ END_TEST
 START_TEST(thousand_streams_leave_the_pool_as_it_started)
 {
     loom_engine *e = open_toy(0);
-    int64_t base = e->hs.accounted_bytes;
+    int64_t base = loom_host_accounted(&e->hs, LOOM_MEM_HOST, -1);
     loom_lane *lane = new_lane(e, 8, 32, 0);
     loom_sample_params sp;
     loom_sample_params_default(&sp);
@@ -522,8 +523,9 @@ START_TEST(thousand_streams_leave_the_pool_as_it_started)
         ck_assert_int_eq(st.pool_total, 1);
         ck_assert_int_eq(st.pool_free, 1);
         if (i == 0)
-            after_first = e->hs.accounted_bytes;
-        ck_assert_int_eq(e->hs.accounted_bytes, after_first);
+            after_first = loom_host_accounted(&e->hs, LOOM_MEM_HOST, -1);
+        ck_assert_int_eq(loom_host_accounted(&e->hs, LOOM_MEM_HOST, -1),
+                         after_first);
     }
     /* and 1000 at once through 8 slots */
     memset(c, 0, 1000 * sizeof *c);
@@ -542,7 +544,7 @@ START_TEST(thousand_streams_leave_the_pool_as_it_started)
         ck_assert_int_eq(c[i].n, 3);
     }
     loom_lane_free(lane);
-    ck_assert_int_eq(e->hs.accounted_bytes, base);
+    ck_assert_int_eq(loom_host_accounted(&e->hs, LOOM_MEM_HOST, -1), base);
     free(c);
     loom_engine_close(e);
 }
@@ -1138,7 +1140,7 @@ END_TEST
 START_TEST(failed_forward_ends_its_round_with_errors)
 {
     loom_engine *e = open_toy_with("\"toy_fail_token\": 13");
-    int64_t base = e->hs.accounted_bytes;
+    int64_t base = loom_host_accounted(&e->hs, LOOM_MEM_HOST, -1);
     loom_lane *lane = new_lane(e, 4, 16, 0);
     loom_sample_params sp;
     loom_sample_params_default(&sp);
@@ -1170,7 +1172,7 @@ START_TEST(failed_forward_ends_its_round_with_errors)
     loom_lane_get_stats(lane, &st);
     ck_assert_int_eq(st.pool_free, st.pool_total);
     loom_lane_free(lane);
-    ck_assert_int_eq(e->hs.accounted_bytes, base);
+    ck_assert_int_eq(loom_host_accounted(&e->hs, LOOM_MEM_HOST, -1), base);
     loom_engine_close(e);
 }
 END_TEST
@@ -1188,18 +1190,18 @@ START_TEST(logprobs_reach_the_events)
     add_stream(lane, prompt, 3, &sp, 3, &c);
     run_idle(lane);
     /* the reference: logits of the prompt's last row, log-softmax */
-    const loom_family_i *f = e->family;
+    const loom_family *f = &e->family;
     loom_cache *cache = NULL;
-    ck_assert_int_eq(f->cache_new(e->model, &cache, NULL), LOOM_OK);
+    ck_assert_int_eq(loom_family_cache_new(f, e->model, &cache, NULL), LOOM_OK);
     loom_row rows[3];
     for (int i = 0; i < 3; i++)
         rows[i] =
             (loom_row){cache, prompt[i], i, -1, i == 2 ? LOOM_ROW_LOGITS : 0u};
     float lg[64];
-    loom_round r = {rows, 3};
-    loom_output o = {lg, NULL};
-    ck_assert_int_eq(f->forward(e->model, &r, &o, NULL), LOOM_OK);
-    f->cache_free(e->model, cache);
+    loom_round r = {sizeof r, sizeof rows[0], rows, 3};
+    loom_output o = {sizeof o, loom_view_host_f32(lg, 1, 64), {0}};
+    ck_assert_int_eq(loom_family_forward(f, e->model, &r, &o, NULL), LOOM_OK);
+    loom_family_cache_free(f, e->model, cache);
     int best = 0;
     double z = 0;
     for (int v = 0; v < 64; v++) {

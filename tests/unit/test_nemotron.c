@@ -1,8 +1,9 @@
 /* The nemotron plugin through the engine: logits and greedy tokens against
  * transformers' references (nemotron-h-tiny: M - M * -; nemotron-h-moe-tiny:
  * M E * M E - with group-limited routing, tied head, projection biases),
- * chunked prompts, streams sharing a round, speculative windows and commit,
- * and the refusals of broken configs and forwards. */
+ * chunked prompts, streams sharing a round, speculative windows and commit
+ * under the one window rule, the loom.target/1 extension (taps, embed,
+ * head), and the refusals of broken configs and forwards. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +33,7 @@ static loom_status feed(loom_engine *e, loom_cache *c, int32_t pos0,
     for (int i = 0; i < n; i++)
         rows[i] = (loom_row){c, toks[i], pos0 + i, -1,
                              flags | (out ? LOOM_ROW_LOGITS : 0)};
-    loom_round round = {rows, n};
-    loom_output o = {out, NULL};
-    return e->family->forward(e->model, &round, &o, err);
+    return tm_forward(e, rows, n, out, err);
 }
 
 static void feed_ok(loom_engine *e, loom_cache *c, int32_t pos0,
@@ -71,7 +70,7 @@ static void check_logits(const char *rel)
         double et = rel_err(got + (size_t)t * V, ref + (size_t)t * V, V);
         ck_assert_msg(et < 1e-4, "%s: position %d rel err %g", rel, t, et);
     }
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     free(got);
     free(ref);
     loom_engine_close(e);
@@ -90,13 +89,11 @@ static void check_greedy(const char *rel)
     for (int i = 0; i < g.n_prompt; i++)
         rows[i] = (loom_row){c, g.prompt[i], i, -1,
                              i == g.n_prompt - 1 ? LOOM_ROW_LOGITS : 0};
-    loom_round round = {rows, g.n_prompt};
-    loom_output out = {logits, NULL};
     loom_err err;
-    ck_assert_msg(e->family->forward(e->model, &round, &out, &err) == LOOM_OK,
+    ck_assert_msg(tm_forward(e, rows, g.n_prompt, logits, &err) == LOOM_OK,
                   "%s", err.msg);
     tm_check_greedy(rel, e, c, &g, logits);
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     free(logits);
     loom_engine_close(e);
 }
@@ -144,7 +141,7 @@ START_TEST(chunked_prompts)
     feed_ok(e, c, 0, g.prompt, g.n_prompt, 0, whole);
     const int sizes[] = {1, 3, 7};
     for (int s = 0; s < 3; s++) {
-        e->family->cache_reset(e->model, c);
+        tm_cache_reset(e, &c);
         for (int p = 0; p < g.n_prompt; p += sizes[s]) {
             int k = g.n_prompt - p < sizes[s] ? g.n_prompt - p : sizes[s];
             feed_ok(e, c, p, g.prompt + p, k, 0, part + (size_t)p * V);
@@ -153,7 +150,7 @@ START_TEST(chunked_prompts)
                       "%s: chunks of %d differ (rel err %g)", rel, sizes[s],
                       rel_err(part, whole, n * V));
     }
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     free(whole);
     free(part);
     loom_engine_close(e);
@@ -176,8 +173,8 @@ START_TEST(two_streams)
     /* b first gets a head start of 2 rows alone */
     feed_ok(e, a, 0, ta, na, 0, alone_a);
     feed_ok(e, b, 0, tb, nb, 0, alone_b);
-    e->family->cache_reset(e->model, a);
-    e->family->cache_reset(e->model, b);
+    tm_cache_reset(e, &a);
+    tm_cache_reset(e, &b);
     float *both = malloc((size_t)(na + nb) * V * sizeof(float));
     feed_ok(e, b, 0, tb, 2, 0, both);
     ck_assert(memcmp(both, alone_b, 2 * V * sizeof(float)) == 0);
@@ -189,11 +186,8 @@ START_TEST(two_streams)
         if (ib < nb && (ia % 2 == 0 || ia >= na))
             rows[n++] = (loom_row){b, tb[ib], ib, -1, LOOM_ROW_LOGITS}, ib++;
     }
-    loom_round round = {rows, n};
-    loom_output out = {both, NULL};
     loom_err err;
-    ck_assert_msg(e->family->forward(e->model, &round, &out, &err) == LOOM_OK,
-                  "%s", err.msg);
+    ck_assert_msg(tm_forward(e, rows, n, both, &err) == LOOM_OK, "%s", err.msg);
     for (int r = 0; r < n; r++) {
         const float *want = rows[r].cache == a
                                 ? alone_a + (size_t)rows[r].position * V
@@ -203,8 +197,8 @@ START_TEST(two_streams)
                       "%s: row %d (stream %s, position %d) differs", rel, r,
                       rows[r].cache == a ? "a" : "b", rows[r].position);
     }
-    e->family->cache_free(e->model, a);
-    e->family->cache_free(e->model, b);
+    tm_cache_free(e, a);
+    tm_cache_free(e, b);
     free(alone_a);
     free(alone_b);
     free(both);
@@ -234,11 +228,11 @@ START_TEST(commit_windows)
     loom_cache *c = tm_new_cache(e), *ref = tm_new_cache(e);
     loom_err err;
     for (int j = 0; j <= k; j++) {
-        e->family->cache_reset(e->model, c);
-        e->family->cache_reset(e->model, ref);
+        tm_cache_reset(e, &c);
+        tm_cache_reset(e, &ref);
         feed_ok(e, c, 0, g.prompt, pre, 0, NULL);
         feed_ok(e, c, pre, win, k, LOOM_ROW_SPECULATIVE, wl);
-        loom_status rc = e->family->commit(e->model, c, j, &err);
+        loom_status rc = tm_commit(e, c, j, &err);
         ck_assert_msg(rc == LOOM_OK, "commit(%d): %s", j, err.msg);
         feed_ok(e, c, pre + j, &next, 1, 0, got);
 
@@ -253,44 +247,49 @@ START_TEST(commit_windows)
             ck_assert(memcmp(wl, pl, (size_t)j * V * sizeof(float)) == 0);
     }
 
-    /* a second window right after a commit, and an implicit commit: a
-     * forward while a window is pending keeps the whole window */
-    e->family->cache_reset(e->model, c);
-    e->family->cache_reset(e->model, ref);
+    /* a second window right after a commit; a forward while it is not
+     * committed is refused (the one window rule) and changes nothing */
+    tm_cache_reset(e, &c);
+    tm_cache_reset(e, &ref);
     feed_ok(e, c, 0, g.prompt, pre, 0, NULL);
     feed_ok(e, c, pre, win, k, LOOM_ROW_SPECULATIVE, NULL);
-    ck_assert_int_eq(e->family->commit(e->model, c, 2, &err), LOOM_OK);
+    ck_assert_int_eq(tm_commit(e, c, 2, &err), LOOM_OK);
     feed_ok(e, c, pre + 2, win + 2, 3, LOOM_ROW_SPECULATIVE, NULL);
+    ck_assert_int_eq(feed(e, c, pre + k, &next, 1, 0, got, &err),
+                     LOOM_ERR_STATE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not committed"));
+    ck_assert_int_eq(
+        feed(e, c, pre + k, &next, 1, LOOM_ROW_SPECULATIVE, got, &err),
+        LOOM_ERR_STATE);
+    ck_assert_int_eq(tm_commit(e, c, 3, &err), LOOM_OK);
     feed_ok(e, c, pre + k, &next, 1, 0, got);
     feed_ok(e, ref, 0, g.prompt, pre + k, 0, NULL);
     feed_ok(e, ref, pre + k, &next, 1, 0, want);
     ck_assert(memcmp(got, want, V * sizeof(float)) == 0);
 
     /* a window whose first row is plain: only the flagged rows can go */
-    e->family->cache_reset(e->model, c);
+    tm_cache_reset(e, &c);
     loom_row rows[4];
     for (int i = 0; i < 4; i++)
         rows[i] =
             (loom_row){c, g.prompt[i], i, -1, i ? LOOM_ROW_SPECULATIVE : 0u};
-    loom_round round = {rows, 4};
-    loom_output none = {NULL, NULL};
-    ck_assert_int_eq(e->family->forward(e->model, &round, &none, &err),
-                     LOOM_OK);
-    ck_assert_int_eq(e->family->commit(e->model, c, 4, &err), LOOM_ERR_RANGE);
+    ck_assert_int_eq(tm_forward(e, rows, 4, NULL, &err), LOOM_OK);
+    ck_assert_int_eq(tm_commit(e, c, 4, &err), LOOM_ERR_RANGE);
     ck_assert_ptr_nonnull(strstr(err.msg, "kept = 4"));
-    ck_assert_int_eq(e->family->commit(e->model, c, 1, &err), LOOM_OK);
+    ck_assert_int_eq(tm_commit(e, c, 1, &err), LOOM_OK);
     feed_ok(e, c, 2, &next, 1, 0, got);
-    e->family->cache_reset(e->model, ref);
+    tm_cache_reset(e, &ref);
     feed_ok(e, ref, 0, g.prompt, 2, 0, NULL);
     feed_ok(e, ref, 2, &next, 1, 0, want);
     ck_assert(memcmp(got, want, V * sizeof(float)) == 0);
-    /* nothing pending: only commit(0) is valid */
-    ck_assert_int_eq(e->family->commit(e->model, c, 0, &err), LOOM_OK);
-    ck_assert_int_eq(e->family->commit(e->model, c, 1, &err), LOOM_ERR_RANGE);
-    ck_assert_int_eq(e->family->commit(e->model, c, -1, &err), LOOM_ERR_RANGE);
+    /* no window: every commit is out of turn, commit(0) too */
+    ck_assert_int_eq(tm_commit(e, c, 0, &err), LOOM_ERR_STATE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no window"));
+    ck_assert_int_eq(tm_commit(e, c, 1, &err), LOOM_ERR_STATE);
+    ck_assert_int_eq(tm_commit(e, c, -1, &err), LOOM_ERR_STATE);
 
-    e->family->cache_free(e->model, c);
-    e->family->cache_free(e->model, ref);
+    tm_cache_free(e, c);
+    tm_cache_free(e, ref);
     free(wl);
     free(pl);
     free(got);
@@ -319,29 +318,98 @@ START_TEST(commit_two_streams)
         rows[n++] = (loom_row){a, ta[5 + i], 5 + i, -1, LOOM_ROW_SPECULATIVE};
         rows[n++] = (loom_row){b, tb[3 + i], 3 + i, -1, LOOM_ROW_SPECULATIVE};
     }
-    loom_round round = {rows, n};
-    loom_output none = {NULL, NULL};
     loom_err err;
-    ck_assert_int_eq(e->family->forward(e->model, &round, &none, &err),
-                     LOOM_OK);
-    ck_assert_int_eq(e->family->commit(e->model, a, 1, &err), LOOM_OK);
-    ck_assert_int_eq(e->family->commit(e->model, b, 3, &err), LOOM_OK);
+    ck_assert_int_eq(tm_forward(e, rows, n, NULL, &err), LOOM_OK);
+    ck_assert_int_eq(tm_commit(e, a, 1, &err), LOOM_OK);
+    ck_assert_int_eq(tm_commit(e, b, 3, &err), LOOM_OK);
     float *got = malloc(V * sizeof(float)), *want = malloc(V * sizeof(float));
     feed_ok(e, a, 6, &next, 1, 0, got);
     feed_ok(e, ref, 0, ta, 6, 0, NULL);
     feed_ok(e, ref, 6, &next, 1, 0, want);
     ck_assert(memcmp(got, want, V * sizeof(float)) == 0);
     feed_ok(e, b, 6, &next, 1, 0, got);
-    e->family->cache_reset(e->model, ref);
+    tm_cache_reset(e, &ref);
     feed_ok(e, ref, 0, tb, 6, 0, NULL);
     feed_ok(e, ref, 6, &next, 1, 0, want);
     ck_assert(memcmp(got, want, V * sizeof(float)) == 0);
-    e->family->cache_free(e->model, a);
-    e->family->cache_free(e->model, b);
-    e->family->cache_free(e->model, ref);
+    tm_cache_free(e, a);
+    tm_cache_free(e, b);
+    tm_cache_free(e, ref);
     free(got);
     free(want);
     loom_engine_close(e);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- target */
+
+/* Taps chosen after open, in any order: each slot holds its layer's output,
+ * the last layer's through head gives the row's logits, and a window's
+ * tapped rows carry the same features as plain rows. */
+START_TEST(taps)
+{
+    const char *rel = models[_i];
+    loom_engine *e = tm_open_ok(fixture(rel), "nemotron");
+    tm_golden g;
+    tm_read_golden(rel, 0, &g);
+    const loom_target_i *tg = tm_target(e);
+    int64_t V = e->info.vocab, H = e->info.hidden, T = 6;
+    int32_t L = e->info.n_layers;
+    int32_t layers[3] = {L - 1, 0, L - 1};
+    loom_err err;
+    ck_assert_msg(tg->set_taps(e->model, layers, 3, &err) == LOOM_OK, "%s",
+                  err.msg);
+    loom_cache *c = tm_new_cache(e);
+    loom_row rows[8];
+    for (int i = 0; i < T; i++)
+        rows[i] = (loom_row){c, g.prompt[i], i, -1,
+                             LOOM_ROW_LOGITS | (i % 2 ? LOOM_ROW_TAP : 0u)};
+    float *lg = malloc((size_t)(T * V) * sizeof(float));
+    float *taps = malloc((size_t)(T * 3 * H) * sizeof(float));
+    float *head = malloc((size_t)(T * V) * sizeof(float));
+    ck_assert_msg(tm_forward_taps(e, rows, (int32_t)T, lg, taps, 3 * H, &err) ==
+                      LOOM_OK,
+                  "%s", err.msg);
+    /* three tapped rows (1, 3, 5): slots 0 and 2 agree, slot 1 does not */
+    for (int k = 0; k < 3; k++) {
+        const float *t = taps + (size_t)k * 3 * H;
+        ck_assert(memcmp(t, t + 2 * H, (size_t)H * sizeof(float)) == 0);
+        ck_assert(memcmp(t, t + H, (size_t)H * sizeof(float)) != 0);
+        loom_view hv = loom_view_host_f32((float *)t, 1, H);
+        loom_view lv = loom_view_host_f32(head, 1, V);
+        ck_assert_int_eq(tg->head(e->model, &hv, 1, &lv, &err), LOOM_OK);
+        ck_assert_msg(memcmp(head, lg + (size_t)(2 * k + 1) * V,
+                             (size_t)V * sizeof(float)) == 0,
+                      "%s: head of row %d's tap", rel, 2 * k + 1);
+    }
+    /* the same rows as a window of one cache, then kept: the same taps */
+    float *wtaps = malloc((size_t)(T * 3 * H) * sizeof(float));
+    tm_cache_reset(e, &c);
+    for (int i = 0; i < T; i++)
+        rows[i].flags |= i ? LOOM_ROW_SPECULATIVE : 0u;
+    ck_assert_msg(
+        tm_forward_taps(e, rows, (int32_t)T, lg, wtaps, 3 * H, &err) == LOOM_OK,
+        "%s", err.msg);
+    ck_assert_int_eq(tm_commit(e, c, (int32_t)T - 1, &err), LOOM_OK);
+    /* rows 1, 3 and 5 were tapped */
+    ck_assert(memcmp(wtaps, taps, (size_t)(3 * 3 * H) * sizeof(float)) == 0);
+    tm_cache_free(e, c);
+    free(lg);
+    free(taps);
+    free(wtaps);
+    free(head);
+    loom_engine_close(e);
+}
+END_TEST
+
+START_TEST(target)
+{
+    tm_check_target(models[_i], "nemotron", "backbone.embeddings.weight");
+    if (_i == 0) {
+        tm_check_row_size(models[_i], "nemotron");
+        tm_check_struct_sizes(models[_i], "nemotron");
+        tm_check_cache_budget(models[_i], "nemotron");
+    }
 }
 END_TEST
 
@@ -369,7 +437,7 @@ START_TEST(describe_and_geometry)
     ck_assert_str_eq(e->info.layer_kinds, "M-MA-");
     ck_assert_int_eq(e->info.n_eos, 1);
     ck_assert_int_eq(e->info.eos[0], 2);
-    ck_assert_uint_eq(e->info.caps, LOOM_CAP_WINDOWS);
+    ck_assert_uint_eq(e->info.caps, LOOM_CAP_WINDOWS | LOOM_CAP_TAPS);
     ck_assert_int_eq(e->info.max_context, 4096);
     /* 2 Mamba layers: tail 3 x 192 + state 8 x 16 x 16 floats each */
     ck_assert_uint_eq(e->info.cache_bytes_fixed, 2u * (3 * 192 + 2048) * 4);
@@ -377,10 +445,11 @@ START_TEST(describe_and_geometry)
     ck_assert_uint_eq(e->info.cache_bytes_per_token, 2u * 32 * 4);
 
     json_t *got = json_object();
-    loom_fields f = {got, f_i64, f_f64, f_str};
+    loom_fields f = {sizeof f, got, f_i64, f_f64, f_str};
     loom_err err;
-    ck_assert_int_eq(e->family->geometry(&e->hs.host, e->ckpt, &f, &err),
-                     LOOM_OK);
+    ck_assert_int_eq(
+        loom_family_geometry(&e->family, &e->hs.host, e->ckpt, &f, &err),
+        LOOM_OK);
     ck_assert_str_eq(
         json_string_value(json_object_get(got, "hybrid_override_pattern")),
         "M-M*-");
@@ -500,7 +569,7 @@ START_TEST(legacy_config)
     loom_cache *c = tm_new_cache(e);
     feed_ok(e, c, 0, g.prompt, g.n_prompt, 0, got);
     ck_assert(rel_err(got, ref, n * V) < 1e-4);
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     free(got);
     free(ref);
     loom_engine_close(e);
@@ -640,7 +709,7 @@ static void check_dir_logits(const char *dir, const char *rel)
     feed_ok(e, c, 0, g.prompt, g.n_prompt, 0, got);
     double re = rel_err(got, ref, n * V);
     ck_assert_msg(re < 1e-4, "%s: rel err %g", dir, re);
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     free(got);
     free(ref);
     loom_engine_close(e);
@@ -789,44 +858,48 @@ START_TEST(bad_rounds)
     ck_assert_int_eq(feed(e, c, 4, &bad, 1, 0, got, &err), LOOM_ERR_RANGE);
     ck_assert_ptr_nonnull(strstr(err.msg, "token 512"));
     loom_row row = {c, g.prompt[4], 4, 0, LOOM_ROW_LOGITS};
-    loom_round round = {&row, 1};
-    loom_output out = {got, NULL};
-    ck_assert_int_eq(e->family->forward(e->model, &round, &out, &err),
-                     LOOM_ERR_UNSUPPORTED);
+    ck_assert_int_eq(tm_forward(e, &row, 1, got, &err), LOOM_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err.msg, "parent 0"));
-    row = (loom_row){c, g.prompt[4], 4, -1, LOOM_ROW_TAP};
-    ck_assert_int_eq(e->family->forward(e->model, &round, &out, &err),
-                     LOOM_ERR_UNSUPPORTED);
+    /* a tapped row with layers tapped but no taps view */
+    const loom_target_i *tg = tm_target(e);
+    int32_t layer = 2;
+    ck_assert_int_eq(tg->set_taps(e->model, &layer, 1, &err), LOOM_OK);
+    row = (loom_row){c, g.prompt[4], 4, -1, LOOM_ROW_TAP | LOOM_ROW_LOGITS};
+    ck_assert_int_eq(tm_forward(e, &row, 1, got, &err), LOOM_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "taps"));
+    ck_assert_int_eq(tg->set_taps(e->model, NULL, 0, &err), LOOM_OK);
     row = (loom_row){c, g.prompt[4], 4, -1, LOOM_ROW_LOGITS};
-    loom_output nowhere = {NULL, NULL};
-    ck_assert_int_eq(e->family->forward(e->model, &round, &nowhere, &err),
-                     LOOM_ERR_INVALID);
+    ck_assert_int_eq(tm_forward(e, &row, 1, NULL, &err), LOOM_ERR_INVALID);
+    tm_check_device_view_refused(e, &row);
     /* a plain row after a speculative one of the same stream */
     loom_row two[2] = {{c, g.prompt[4], 4, -1, LOOM_ROW_SPECULATIVE},
                        {c, g.prompt[5], 5, -1, 0}};
-    loom_round r2 = {two, 2};
-    ck_assert_int_eq(e->family->forward(e->model, &r2, &nowhere, &err),
-                     LOOM_ERR_INVALID);
-    ck_assert_int_eq(e->family->forward(e->model, &round, NULL, &err),
-                     LOOM_ERR_INVALID);
-    loom_round no_rows = {NULL, 1};
-    ck_assert_int_eq(e->family->forward(e->model, &no_rows, &out, &err),
-                     LOOM_ERR_INVALID);
+    ck_assert_int_eq(tm_forward(e, two, 2, NULL, &err), LOOM_ERR_INVALID);
+    loom_round round = tm_round(&row, 1);
+    ck_assert_int_eq(
+        loom_family_forward(&e->family, e->model, &round, NULL, &err),
+        LOOM_ERR_INVALID);
+    loom_round no_rows = tm_round(NULL, 1);
+    loom_output out = tm_output(got, 1, (int64_t)V, NULL, 0, 0);
+    ck_assert_int_eq(
+        loom_family_forward(&e->family, e->model, &no_rows, &out, &err),
+        LOOM_ERR_INVALID);
     /* a round over the row limit */
     loom_row many[1];
-    loom_round huge = {many, e->info.max_rows + 1};
-    ck_assert_int_eq(e->family->forward(e->model, &huge, &nowhere, &err),
-                     LOOM_ERR_RANGE);
+    loom_round huge = tm_round(many, e->info.max_rows + 1);
+    ck_assert_int_eq(
+        loom_family_forward(&e->family, e->model, &huge, NULL, &err),
+        LOOM_ERR_RANGE);
 
     /* after all that, the cache is as it was */
     feed_ok(e, c, 4, g.prompt + 4, 1, 0, got);
     feed_ok(e, ref, 0, g.prompt, 5, 0, NULL);
-    e->family->cache_reset(e->model, ref);
+    tm_cache_reset(e, &ref);
     feed_ok(e, ref, 0, g.prompt, 4, 0, NULL);
     feed_ok(e, ref, 4, g.prompt + 4, 1, 0, want);
     ck_assert(memcmp(got, want, V * sizeof(float)) == 0);
-    e->family->cache_free(e->model, c);
-    e->family->cache_free(e->model, ref);
+    tm_cache_free(e, c);
+    tm_cache_free(e, ref);
     free(got);
     free(want);
     loom_engine_close(e);
@@ -848,7 +921,7 @@ START_TEST(context_limit)
     ck_assert_int_eq(feed(e, c, 5, g.prompt + 5, 2, 0, NULL, &err),
                      LOOM_ERR_FULL);
     feed_ok(e, c, 5, g.prompt + 5, 1, 0, NULL);
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     loom_engine_close(e);
 }
 END_TEST
@@ -866,6 +939,8 @@ static Suite *suite(void)
     tcase_add_loop_test(t, two_streams, 0, 2);
     tcase_add_loop_test(t, commit_windows, 0, 2);
     tcase_add_loop_test(t, commit_two_streams, 0, 2);
+    tcase_add_loop_test(t, taps, 0, 2);
+    tcase_add_loop_test(t, target, 0, 2);
     tcase_add_test(t, stacked_experts);
     tcase_add_test(t, legacy_names_and_tied_head);
     suite_add_tcase(s, t);

@@ -1,7 +1,9 @@
 /* The qwen35 family plugin through the engine API, against transformers'
  * reference outputs (tests/fixtures/models/qwen35-*): logits, greedy
  * decoding through the cache, chunked prompts, several streams per round,
- * speculative windows with commit, and the refusals of broken checkpoints
+ * speculative windows with commit under the one window rule, the
+ * loom.target/1 extension (taps, embed, head), and the refusals of broken
+ * checkpoints
  * (made in a temporary directory by rewriting config.json and the
  * safetensors file). */
 #include <math.h>
@@ -33,9 +35,8 @@ static loom_status feed(loom_engine *e, loom_cache *c, int32_t pos0,
         int32_t k = n - p < chunk ? n - p : chunk;
         for (int32_t i = 0; i < k; i++)
             rows[i] = (loom_row){c, ids[p + i], pos0 + p + i, -1, flags};
-        loom_round r = {rows, k};
-        loom_output o = {out ? out + (size_t)p * e->info.vocab : NULL, NULL};
-        loom_status st = e->family->forward(e->model, &r, &o, err);
+        loom_status st = tm_forward(
+            e, rows, k, out ? out + (size_t)p * e->info.vocab : NULL, err);
         if (st != LOOM_OK)
             return st;
     }
@@ -71,7 +72,7 @@ static void check_reference(const char *model)
     }
     /* greedy decoding through the cache, one row per forward */
     tm_check_greedy(model, e, c, &g, lg + (size_t)(g.n_prompt - 1) * g.vocab);
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     free(lg);
     free(g.logits);
     loom_engine_close(e);
@@ -154,10 +155,11 @@ START_TEST(describe_and_geometry)
     ck_assert_int_eq(e->info.eos[1], 2);
     fields f;
     memset(&f, 0, sizeof f);
-    loom_fields out = {&f, f_i64, f_f64, f_str};
+    loom_fields out = {sizeof out, &f, f_i64, f_f64, f_str};
     loom_err err = {{0}};
-    ck_assert_int_eq(e->family->geometry(&e->hs.host, e->ckpt, &out, &err),
-                     LOOM_OK);
+    ck_assert_int_eq(
+        loom_family_geometry(&e->family, &e->hs.host, e->ckpt, &out, &err),
+        LOOM_OK);
     ck_assert_int_eq(f.rot_dim, 32);
     ck_assert_double_eq(f.prf, 0.5);
     ck_assert_int_eq(f.n_kv, 2);
@@ -171,42 +173,35 @@ START_TEST(describe_and_geometry)
 }
 END_TEST
 
-/* Layer outputs for a drafter: the last layer's tap, put through the final
- * norm, is transformers' final hidden state (hidden.f32). */
+/* Layer outputs for a drafter, chosen after open through loom.target/1:
+ * the last layer's tap, put through the final norm, is transformers' final
+ * hidden state (hidden.f32). */
 START_TEST(taps)
 {
     const char *t = "models/qwen35-tiny";
     tm_golden g;
     tm_read_golden(t, 1, &g);
     loom_engine *e = tm_open_ok(fixture(t), "qwen35");
+    const loom_target_i *tg = tm_target(e);
     int64_t H = e->info.hidden, T = g.n_prompt;
     loom_err err = {{0}};
     int32_t layers[2] = {3, 0};
-    loom_model_options opt;
-    memset(&opt, 0, sizeof opt);
-    opt.struct_size = sizeof opt;
-    opt.device = LOOM_DEVICE_CPU;
-    opt.n_taps = 2;
-    opt.taps = layers;
-    loom_model *m = NULL;
-    ck_assert_msg(e->family->open(&e->hs.host, e->ckpt, &opt, &m, &err) ==
-                      LOOM_OK,
-                  "%s", err.msg);
-    loom_cache *c = NULL;
-    ck_assert_int_eq(e->family->cache_new(m, &c, &err), LOOM_OK);
+    ck_assert_msg(tg->set_taps(e->model, layers, 2, &err) == LOOM_OK, "%s",
+                  err.msg);
+    layers[0] = 1; /* the ids were copied */
+    loom_cache *c = tm_new_cache(e);
     float *taps = malloc((size_t)(T * 2 * H) * sizeof(float));
     float *lg = malloc((size_t)(T * g.vocab) * sizeof(float));
     loom_row rows[64];
     for (int32_t i = 0; i < T; i++)
         rows[i] =
             (loom_row){c, g.prompt[i], i, -1, LOOM_ROW_TAP | LOOM_ROW_LOGITS};
-    loom_round r = {rows, (int32_t)T};
-    loom_output none = {lg, NULL};
-    ck_assert_int_eq(e->family->forward(m, &r, &none, &err), LOOM_ERR_INVALID);
+    ck_assert_int_eq(tm_forward(e, rows, (int32_t)T, lg, &err),
+                     LOOM_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "taps"));
-    loom_output o = {lg, taps};
-    ck_assert_msg(e->family->forward(m, &r, &o, &err) == LOOM_OK, "%s",
-                  err.msg);
+    ck_assert_msg(tm_forward_taps(e, rows, (int32_t)T, lg, taps, 2 * H, &err) ==
+                      LOOM_OK,
+                  "%s", err.msg);
     /* the final norm of the model, read from the file: (1 + w) */
     loom_st *st = NULL;
     ck_assert_int_eq(loom_st_open_dir(fixture(t), &st, &err), LOOM_OK);
@@ -234,22 +229,51 @@ START_TEST(taps)
     ck_assert_msg(d < 1e-4, "final hidden from the layer-3 tap: %g", d);
     /* slot 1 holds layer 0's output, which differs from layer 3's */
     ck_assert(memcmp(taps + H, taps, (size_t)H * sizeof(float)) != 0);
-    e->family->cache_free(m, c);
-    e->family->close(m);
     loom_st_close(st);
-    /* a tap outside the model is refused */
+    /* a tap outside the model is refused, and the taps stay as they were */
+    layers[0] = 3;
     layers[1] = 4;
-    m = NULL;
-    ck_assert_int_eq(e->family->open(&e->hs.host, e->ckpt, &opt, &m, &err),
-                     LOOM_ERR_RANGE);
+    ck_assert_int_eq(tg->set_taps(e->model, layers, 2, &err), LOOM_ERR_RANGE);
     ck_assert_ptr_nonnull(strstr(err.msg, "tapped layer 4"));
-    ck_assert_ptr_null(m);
+    ck_assert_int_eq(tg->set_taps(e->model, NULL, 1, &err), LOOM_ERR_INVALID);
+    tm_cache_reset(e, &c);
+    ck_assert_int_eq(tm_forward(e, rows, 1, lg, &err), LOOM_ERR_INVALID);
+    /* no taps: rows flagged LOOM_ROW_TAP need no view */
+    ck_assert_int_eq(tg->set_taps(e->model, NULL, 0, &err), LOOM_OK);
+    ck_assert_msg(tm_forward(e, rows, 1, lg, &err) == LOOM_OK, "%s", err.msg);
+    tm_cache_free(e, c);
     free(got);
     free(ref);
     free(taps);
     free(lg);
     free(g.logits);
     loom_engine_close(e);
+}
+END_TEST
+
+/* loom.target/1's embed and head against the model itself and its files,
+ * on every fixture; and a newer lane's wider rows give the same logits. */
+START_TEST(target_tiny)
+{
+    tm_check_target("models/qwen35-tiny", "qwen35",
+                    "model.embed_tokens.weight");
+    tm_check_row_size("models/qwen35-tiny", "qwen35");
+    tm_check_struct_sizes("models/qwen35-tiny", "qwen35");
+    tm_check_cache_budget("models/qwen35-tiny", "qwen35");
+}
+END_TEST
+
+START_TEST(target_vl_tiny)
+{
+    tm_check_target("models/qwen35-vl-tiny", "qwen35",
+                    "model.language_model.embed_tokens.weight");
+}
+END_TEST
+
+START_TEST(target_ref2)
+{
+    tm_check_target("models/qwen35-ref2", "qwen35",
+                    "model.embed_tokens.weight");
 }
 END_TEST
 
@@ -267,13 +291,13 @@ START_TEST(chunked_prompt)
     int32_t chunks[2] = {1, 3};
     for (int i = 0; i < 2; i++) {
         /* cache_reset makes the cache reusable from position 0 */
-        e->family->cache_reset(e->model, c);
+        tm_cache_reset(e, &c);
         feed_ok(e, c, 0, g.prompt, g.n_prompt, chunks[i], LOOM_ROW_LOGITS,
                 part);
         double r = rel_err(part, all, n);
         ck_assert_msg(r <= 1e-5, "chunk %d: %g", chunks[i], r);
     }
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     free(all);
     free(part);
     free(g.logits);
@@ -295,10 +319,10 @@ START_TEST(two_streams)
     loom_cache *c = tm_new_cache(e);
     feed_ok(e, c, 0, a, n, n, LOOM_ROW_LOGITS, la);
     feed_ok(e, c, n, &b[0], 1, 1, LOOM_ROW_LOGITS, la + (size_t)n * V);
-    e->family->cache_reset(e->model, c);
+    tm_cache_reset(e, &c);
     feed_ok(e, c, 0, b, m, m, LOOM_ROW_LOGITS, lb);
     feed_ok(e, c, m, &a[0], 1, 1, LOOM_ROW_LOGITS, lb + (size_t)m * V);
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     /* together: the prompts' rows interleaved in one round, then one decode
      * round with a row of each (b's row first) */
     loom_cache *ca = tm_new_cache(e), *cb = tm_new_cache(e);
@@ -315,11 +339,8 @@ START_TEST(two_streams)
             order[k++] = 100 + ib++;
         }
     }
-    loom_round r = {rows, k};
-    loom_output o = {both, NULL};
     loom_err err = {{0}};
-    ck_assert_msg(e->family->forward(e->model, &r, &o, &err) == LOOM_OK, "%s",
-                  err.msg);
+    ck_assert_msg(tm_forward(e, rows, k, both, &err) == LOOM_OK, "%s", err.msg);
     for (int32_t i = 0; i < k; i++) {
         const float *want = order[i] < 100 ? la + (size_t)order[i] * V
                                            : lb + (size_t)(order[i] - 100) * V;
@@ -328,12 +349,11 @@ START_TEST(two_streams)
     }
     loom_row dec[2] = {{cb, a[0], m, -1, LOOM_ROW_LOGITS},
                        {ca, b[0], n, -1, LOOM_ROW_LOGITS}};
-    loom_round r2 = {dec, 2};
-    ck_assert_int_eq(e->family->forward(e->model, &r2, &o, &err), LOOM_OK);
+    ck_assert_int_eq(tm_forward(e, dec, 2, both, &err), LOOM_OK);
     ck_assert_double_le(rel_err(both, lb + (size_t)m * V, (size_t)V), 1e-6);
     ck_assert_double_le(rel_err(both + V, la + (size_t)n * V, (size_t)V), 1e-6);
-    e->family->cache_free(e->model, ca);
-    e->family->cache_free(e->model, cb);
+    tm_cache_free(e, ca);
+    tm_cache_free(e, cb);
     free(la);
     free(lb);
     free(both);
@@ -365,14 +385,11 @@ static void check_commit(const char *model, int32_t plain, int32_t k, int32_t j)
         rows[i] = (loom_row){c, win[i], p + i, -1,
                              LOOM_ROW_LOGITS |
                                  (i >= plain ? LOOM_ROW_SPECULATIVE : 0u)};
-    loom_round r = {rows, plain + k};
-    loom_output o = {scratch, NULL};
-    ck_assert_int_eq(e->family->forward(e->model, &r, &o, &err), LOOM_OK);
-    ck_assert_msg(e->family->commit(e->model, c, j, &err) == LOOM_OK, "%s",
-                  err.msg);
+    ck_assert_int_eq(tm_forward(e, rows, plain + k, scratch, &err), LOOM_OK);
+    ck_assert_msg(tm_commit(e, c, j, &err) == LOOM_OK, "%s", err.msg);
     feed_ok(e, c, p + plain + j, &next, 1, 1, LOOM_ROW_LOGITS, l1);
 
-    e->family->cache_reset(e->model, c);
+    tm_cache_reset(e, &c);
     feed_ok(e, c, 0, g.prompt, p, p, 0, NULL);
     if (plain + j > 0)
         feed_ok(e, c, p, win, plain + j, plain + j, 0, NULL);
@@ -380,7 +397,7 @@ static void check_commit(const char *model, int32_t plain, int32_t k, int32_t j)
     ck_assert_msg(memcmp(l1, l2, (size_t)V * sizeof(float)) == 0,
                   "%s: commit(%d) of %d after %d plain rows differs by %g",
                   model, j, k, plain, rel_err(l1, l2, (size_t)V));
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     free(l1);
     free(l2);
     free(scratch);
@@ -411,31 +428,42 @@ START_TEST(commit_errors_and_repeats)
     float *l1 = malloc((size_t)V * 2 * sizeof(float));
     float *l2 = malloc((size_t)V * 16 * sizeof(float));
     feed_ok(e, c, 0, g.prompt, 6, 6, 0, NULL);
-    /* nothing speculative yet: only commit(0) is in range */
-    ck_assert_int_eq(e->family->commit(e->model, c, 1, &err), LOOM_ERR_RANGE);
-    ck_assert_ptr_nonnull(strstr(err.msg, "kept = 1"));
-    ck_assert_int_eq(e->family->commit(e->model, c, 0, &err), LOOM_OK);
+    /* no window yet: a commit is out of turn, commit(0) too */
+    ck_assert_int_eq(tm_commit(e, c, 1, &err), LOOM_ERR_STATE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no window"));
+    ck_assert_int_eq(tm_commit(e, c, 0, &err), LOOM_ERR_STATE);
     /* two windows in a row, each partly kept */
     feed_ok(e, c, 6, g.prompt + 6, 3, 3, LOOM_ROW_SPECULATIVE, NULL);
-    ck_assert_int_eq(e->family->commit(e->model, c, 4, &err), LOOM_ERR_RANGE);
-    ck_assert_int_eq(e->family->commit(e->model, c, 1, &err), LOOM_OK);
+    ck_assert_int_eq(tm_commit(e, c, 4, &err), LOOM_ERR_RANGE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "kept = 4"));
+    ck_assert_int_eq(tm_commit(e, c, 1, &err), LOOM_OK);
     feed_ok(e, c, 7, g.prompt + 7, 4, 4, LOOM_ROW_SPECULATIVE, NULL);
-    ck_assert_int_eq(e->family->commit(e->model, c, 2, &err), LOOM_OK);
-    /* a window fed over two forwards is one window */
+    ck_assert_int_eq(tm_commit(e, c, 2, &err), LOOM_OK);
+    /* the one window rule: a second window before the commit is refused
+     * and changes nothing */
     feed_ok(e, c, 9, g.prompt + 9, 2, 2, LOOM_ROW_SPECULATIVE, NULL);
-    feed_ok(e, c, 11, g.prompt + 11, 2, 2, LOOM_ROW_SPECULATIVE, NULL);
-    ck_assert_int_eq(e->family->commit(e->model, c, 3, &err), LOOM_OK);
+    ck_assert_int_eq(
+        feed(e, c, 11, g.prompt + 11, 2, 2, LOOM_ROW_SPECULATIVE, NULL, &err),
+        LOOM_ERR_STATE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not committed"));
+    ck_assert_int_eq(tm_commit(e, c, 1, &err), LOOM_OK);
+    feed_ok(e, c, 10, g.prompt + 10, 2, 2, LOOM_ROW_SPECULATIVE, NULL);
+    ck_assert_int_eq(tm_commit(e, c, 2, &err), LOOM_OK);
     feed_ok(e, c, 12, g.prompt + 12, 1, 1, LOOM_ROW_LOGITS, l1);
-    /* plain rows after an uncommitted window keep all of it */
+    /* plain rows after an uncommitted window are refused too */
     feed_ok(e, c, 13, g.prompt + 13, 2, 2, LOOM_ROW_SPECULATIVE, NULL);
+    ck_assert_int_eq(
+        feed(e, c, 15, g.prompt + 15, 1, 1, LOOM_ROW_LOGITS, l1 + V, &err),
+        LOOM_ERR_STATE);
+    ck_assert_int_eq(tm_commit(e, c, 2, &err), LOOM_OK);
     feed_ok(e, c, 15, g.prompt + 15, 1, 1, LOOM_ROW_LOGITS, l1 + V);
-    ck_assert_int_eq(e->family->commit(e->model, c, 0, &err), LOOM_OK);
+    ck_assert_int_eq(tm_commit(e, c, 0, &err), LOOM_ERR_STATE);
 
-    e->family->cache_reset(e->model, c);
+    tm_cache_reset(e, &c);
     feed_ok(e, c, 0, g.prompt, 16, 16, LOOM_ROW_LOGITS, l2);
     ck_assert_int_eq(memcmp(l1, l2 + (size_t)12 * V, (size_t)V * 4), 0);
     ck_assert_int_eq(memcmp(l1 + V, l2 + (size_t)15 * V, (size_t)V * 4), 0);
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     free(l1);
     free(l2);
     free(g.logits);
@@ -458,41 +486,33 @@ START_TEST(forward_refusals)
     loom_cache *c = tm_new_cache(e);
     feed_ok(e, c, 0, g.prompt, 4, 4, 0, NULL);
     /* wrong position, bad token, trees, plain after speculative, too long,
-     * no logits buffer: each refused, and the cache is left as it was */
+     * no logits view, a device view: each refused, and the cache is left
+     * as it was */
     loom_row bad[3] = {{c, g.prompt[4], 5, -1, 0}};
-    loom_round r = {bad, 1};
-    loom_output none = {NULL, NULL};
-    ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
-                     LOOM_ERR_INVALID);
+    ck_assert_int_eq(tm_forward(e, bad, 1, NULL, &err), LOOM_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "position 5"));
     bad[0] = (loom_row){c, 512, 4, -1, 0};
-    ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
-                     LOOM_ERR_RANGE);
+    ck_assert_int_eq(tm_forward(e, bad, 1, NULL, &err), LOOM_ERR_RANGE);
     ck_assert_ptr_nonnull(strstr(err.msg, "token 512"));
     bad[0] = (loom_row){c, 3, 4, 0, 0};
-    ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
-                     LOOM_ERR_UNSUPPORTED);
+    ck_assert_int_eq(tm_forward(e, bad, 1, NULL, &err), LOOM_ERR_UNSUPPORTED);
     bad[0] = (loom_row){c, 3, 4, -1, LOOM_ROW_SPECULATIVE};
     bad[1] = (loom_row){c, 3, 5, -1, 0};
-    r.n_rows = 2;
-    ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
-                     LOOM_ERR_INVALID);
+    ck_assert_int_eq(tm_forward(e, bad, 2, NULL, &err), LOOM_ERR_INVALID);
     bad[0] = (loom_row){NULL, 3, 4, -1, 0};
-    ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
-                     LOOM_ERR_INVALID);
+    ck_assert_int_eq(tm_forward(e, bad, 2, NULL, &err), LOOM_ERR_INVALID);
     ck_assert_int_eq(feed(e, c, 4, g.prompt + 4, 5, 5, 0, NULL, &err),
                      LOOM_ERR_FULL);
     ck_assert_ptr_nonnull(strstr(err.msg, "context limit 8"));
     bad[0] = (loom_row){c, 3, 4, -1, LOOM_ROW_LOGITS};
-    r.n_rows = 1;
-    ck_assert_int_eq(e->family->forward(e->model, &r, &none, &err),
-                     LOOM_ERR_INVALID);
+    ck_assert_int_eq(tm_forward(e, bad, 1, NULL, &err), LOOM_ERR_INVALID);
+    tm_check_device_view_refused(e, bad);
     /* the cache still stands at position 4 */
     feed_ok(e, c, 4, g.prompt + 4, 4, 4, LOOM_ROW_LOGITS, l1);
-    e->family->cache_reset(e->model, c);
+    tm_cache_reset(e, &c);
     feed_ok(e, c, 0, g.prompt, 8, 8, LOOM_ROW_LOGITS, l2);
     ck_assert_int_eq(memcmp(l1, l2 + (size_t)4 * V, (size_t)4 * V * 4), 0);
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     free(l1);
     free(l2);
     free(g.logits);
@@ -929,12 +949,12 @@ static void check_next(int moe)
     loom_engine *e = tm_open_ok(fixture(t), "qwen35");
     loom_cache *c = tm_new_cache(e);
     feed_ok(e, c, 0, g.prompt, g.n_prompt, g.n_prompt, LOOM_ROW_LOGITS, l1);
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     loom_engine_close(e);
     e = tm_open_ok(dir, "qwen35");
     c = tm_new_cache(e);
     feed_ok(e, c, 0, g.prompt, g.n_prompt, 5, LOOM_ROW_LOGITS, l2);
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     loom_engine_close(e);
     double d = rel_err(l2, l1, cnt);
     ck_assert_msg(d <= (moe ? 1e-5 : 1e-6), "moe %d: %g", moe, d);
@@ -1108,7 +1128,7 @@ static float *prompt_logits(const char *dir, const tm_golden *g)
     loom_engine *e = tm_open_ok(dir, "qwen35");
     loom_cache *c = tm_new_cache(e);
     feed_ok(e, c, 0, g->prompt, g->n_prompt, 7, LOOM_ROW_LOGITS, l);
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     loom_engine_close(e);
     return l;
 }
@@ -1163,6 +1183,9 @@ int main(void)
     tcase_add_test(ref, reference_ref2);
     tcase_add_test(ref, describe_and_geometry);
     tcase_add_test(ref, taps);
+    tcase_add_test(ref, target_tiny);
+    tcase_add_test(ref, target_vl_tiny);
+    tcase_add_test(ref, target_ref2);
     suite_add_tcase(s, ref);
     TCase *rounds = tcase_create("rounds");
     tcase_set_timeout(rounds, 120);

@@ -5,6 +5,7 @@
 #define LOOM_ENGINE_H
 
 #include <loom/checkpoint.h>
+#include <loom/family.h>
 #include <loom/host.h>
 #include <loom/pool.h>
 #include <loom/registry.h>
@@ -26,7 +27,10 @@ typedef struct loom_engine {
     loom_registry *registry;
     loom_checkpoint *ckpt;
     const loom_plugin_ref *plugin;
-    const loom_family_i *family;
+    /* The family's dispatcher: every call into the plugin goes through it. */
+    loom_family family;
+    /* The device table the model runs on; NULL on the CPU. */
+    const struct loom_cuda *cuda;
     loom_model *model;
     loom_model_info info;
 } loom_engine;

@@ -10,7 +10,11 @@
 typedef struct loom_host_state {
     loom_host host; /* first: plugins get &state->host */
     loom_pool *pool;
-    _Atomic int64_t accounted_bytes;
+    /* Bytes accounted by kind and use, the total per kind, and the budget
+     * per kind (INT64_MAX: unlimited); kept in the root table. */
+    _Atomic int64_t accounted[2][LOOM_MEM_USE_COUNT];
+    _Atomic int64_t accounted_total[2];
+    int64_t budget[2];
     /* The plugin the table is lent to (log lines name it); NULL: the core. */
     const char *who;
     /* The table that owns the pool and the accounting: itself, or the one
@@ -24,5 +28,13 @@ void loom_host_init(loom_host_state *state, loom_pool *pool);
  * "WHO: ...". BASE and WHO must outlive *out. */
 void loom_host_lend(loom_host_state *out, loom_host_state *base,
                     const char *who);
+
+/* The budget of one memory kind for every table lent from STATE's root
+ * (bytes; INT64_MAX, the default, is unlimited). Set before plugins run. */
+void loom_host_set_budget(loom_host_state *state, loom_mem_kind kind,
+                          int64_t bytes);
+/* Bytes accounted of KIND for USE (a loom_mem_use, or -1 for every use). */
+int64_t loom_host_accounted(const loom_host_state *state, loom_mem_kind kind,
+                            int use);
 
 #endif

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include <loom/sample_ref.h>
 #include <loom/status.h>
 
 /* Most top logprobs a request may ask for (OpenAI allows 20). */
@@ -93,15 +94,7 @@ void loom_sampler_sample(loom_sampler *s, const float *logits, int32_t position,
 /* ---- the steps, exposed for tests and for device-side samplers that must
  * give the same tokens. */
 
-/* Philox-4x32-10 (Salmon et al., SC'11): one block of the counter-based
- * generator. */
-void loom_philox4x32(const uint32_t ctr[4], const uint32_t key[2],
-                     uint32_t out[4]);
-/* 64 random bits for (seed, position, token): a pure function, Philox with
- * key = seed, counter = (position, token, 0, 0). */
-uint64_t loom_sample_bits(uint64_t seed, int32_t position, int32_t token);
-/* Gumbel(0,1) noise for the key: -log(-log(u)), u in (0, 1) from 53 bits. */
-double loom_sample_gumbel(uint64_t seed, int32_t position, int32_t token);
+/* The generator, the keyed draw and the masks: loom/sample_ref.h (SDK). */
 
 /* In place over logits[0..vocab): bias, then penalties from per-token counts
  * (`prompt_count[t]`, `gen_count[t]`; either may be NULL for zero). */
@@ -114,11 +107,5 @@ void loom_sample_apply_penalties(const loom_sample_params *p, float *logits,
  * stays. */
 void loom_sample_apply_masks(const loom_sample_params *p, float *logits,
                              int32_t vocab);
-/* argmax_t (logits[t] + gumbel(seed, position, t)) over finite logits, the
- * lower id on ties. */
-int32_t loom_sample_draw(const float *logits, int32_t vocab, uint64_t seed,
-                         int32_t position);
-/* argmax, the lower id on ties. */
-int32_t loom_sample_argmax(const float *logits, int32_t vocab);
 
 #endif

@@ -28,7 +28,7 @@ loom_status loom__pool_get(cache_pool *p, loom_cache **out, loom_err *err)
     }
     loom_mutex_unlock(p->mu);
     loom_cache *c = NULL;
-    loom_status rc = p->fam->cache_new(p->model, &c, err);
+    loom_status rc = loom_family_cache_new(p->fam, p->model, &c, err);
     if (rc != LOOM_OK)
         return rc;
     loom_mutex_lock(p->mu);
@@ -40,7 +40,16 @@ loom_status loom__pool_get(cache_pool *p, loom_cache **out, loom_err *err)
 
 void loom__pool_put(cache_pool *p, loom_cache *c)
 {
-    p->fam->cache_reset(p->model, c);
+    /* without cache_reset the dispatcher frees the cache and makes a fresh
+     * one; when that fails (c is then NULL) the pool holds one cache fewer */
+    loom_err err;
+    if (loom_family_cache_reset(p->fam, p->model, &c, &err) != LOOM_OK) {
+        loom_family_cache_free(p->fam, p->model, c);
+        loom_mutex_lock(p->mu);
+        p->n_total--;
+        loom_mutex_unlock(p->mu);
+        return;
+    }
     loom_mutex_lock(p->mu);
     p->idle[p->n_idle++] = c;
     loom_mutex_unlock(p->mu);
@@ -49,7 +58,7 @@ void loom__pool_put(cache_pool *p, loom_cache *c)
 void loom__pool_free(cache_pool *p)
 {
     for (int32_t i = 0; i < p->n_idle; i++)
-        p->fam->cache_free(p->model, p->idle[i]);
+        loom_family_cache_free(p->fam, p->model, p->idle[i]);
     free(p->idle);
     p->idle = NULL;
     p->n_idle = 0;

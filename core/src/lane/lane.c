@@ -44,7 +44,7 @@ int32_t loom_lane_pending(loom_lane *lane)
 loom_status loom_lane_new(const loom_lane_params *p, loom_lane **out,
                           loom_err *err)
 {
-    if (!p || !p->engine || !p->engine->family || !p->engine->model)
+    if (!p || !p->engine || !p->engine->family.vt || !p->engine->model)
         return loom_err_set(err, LOOM_ERR_INVALID, "lane: no engine");
     const loom_model_info *info = &p->engine->info;
     if (info->vocab <= 0)
@@ -62,7 +62,7 @@ loom_status loom_lane_new(const loom_lane_params *p, loom_lane **out,
     if (!lane)
         return loom_err_set(err, LOOM_ERR_NOMEM, "lane: out of memory");
     lane->eng = p->engine;
-    lane->fam = p->engine->family;
+    lane->fam = &p->engine->family;
     lane->model = p->engine->model;
     lane->vocab = info->vocab;
     /* the family merged config.json's and generation_config.json's ids */

@@ -66,7 +66,7 @@ typedef struct stream_map {
 
 /* Caches not in use, so a stream's admission seldom allocates one. */
 typedef struct cache_pool {
-    const loom_family_i *fam;
+    const loom_family *fam;
     loom_model *model;
     loom_mutex *mu; /* the lane's: the counts are read for stats */
     loom_cache **idle;
@@ -99,7 +99,7 @@ typedef struct piece_table {
 
 struct loom_lane {
     loom_engine *eng;
-    const loom_family_i *fam;
+    const loom_family *fam; /* the engine's dispatcher */
     loom_model *model;
     int32_t vocab;
     int32_t n_eos;
@@ -127,6 +127,8 @@ struct loom_lane {
     stream **act; /* streams holding a cache, arrival order; max_streams */
     int32_t n_act;
     stream *gone; /* finished streams not in act, freed at the round's end */
+    /* the round's rows; the lane sends no windows (no SPECULATIVE rows),
+     * so no cache ever waits on a commit before its next forward */
     loom_row *rows;
     stream **row_stream;
     float *logits;

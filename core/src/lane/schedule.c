@@ -224,10 +224,14 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
     }
 
     /* one forward */
-    loom_round round = {lane->rows, nr};
-    loom_output outp = {lane->logits, NULL};
+    loom_round round = {sizeof round, sizeof(loom_row), lane->rows, nr};
+    loom_output outp;
+    memset(&outp, 0, sizeof outp);
+    outp.struct_size = sizeof outp;
+    outp.logits = loom_view_host_f32(lane->logits, n_logit_rows, lane->vocab);
     uint64_t t0 = loom_now_ns();
-    loom_status rc = lane->fam->forward(lane->model, &round, &outp, err);
+    loom_status rc =
+        loom_family_forward(lane->fam, lane->model, &round, &outp, err);
     uint64_t t1 = loom_now_ns();
     if (rc != LOOM_OK) {
         loom_err_prefix(err, "forward of %d rows", nr);

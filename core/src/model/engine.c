@@ -32,13 +32,10 @@ loom_status loom_engine_open(const loom_engine_params *params,
                               params->family, &e->plugin, err);
     if (rc != LOOM_OK)
         goto fail;
-    e->family = e->plugin->plugin->get_interface(LOOM_FAMILY_ID);
-    if (!e->family || e->family->struct_size < sizeof(loom_family_i)) {
-        rc = loom_err_set(err, LOOM_ERR_ABI,
-                          "%s: family interface missing or too old",
-                          e->plugin->path);
+    rc = loom_family_bind(e->plugin->plugin, &e->family, err);
+    if (rc != LOOM_OK)
         goto fail;
-    }
+    e->family.cu = e->cuda;
     rc = loom_checkpoint_load_tensors(e->ckpt, err);
     if (rc != LOOM_OK)
         goto fail;
@@ -48,17 +45,11 @@ loom_status loom_engine_open(const loom_engine_params *params,
     opt.device = params->device;
     opt.max_context = params->max_context;
     opt.max_rows = params->max_rows > 0 ? params->max_rows : 512;
-    rc = e->family->open(e->plugin->host, e->ckpt, &opt, &e->model, err);
-    if (rc != LOOM_OK) {
-        /* name the plugin unless its message already does */
-        const char *name = e->plugin->plugin->name;
-        if (err && strncmp(err->msg, name, strlen(name)) != 0)
-            loom_err_prefix(err, "%s", name);
+    rc = loom_family_open(&e->family, e->plugin->host, e->ckpt, &opt, &e->model,
+                          err);
+    if (rc != LOOM_OK)
         goto fail;
-    }
-    memset(&e->info, 0, sizeof e->info);
-    e->info.struct_size = sizeof e->info;
-    e->family->describe(e->model, &e->info);
+    loom_family_describe(&e->family, e->model, &e->info);
     *out = e;
     return LOOM_OK;
 fail:
@@ -70,8 +61,8 @@ void loom_engine_close(loom_engine *e)
 {
     if (!e)
         return;
-    if (e->model && e->family)
-        e->family->close(e->model);
+    if (e->model)
+        loom_family_close(&e->family, e->model);
     loom_checkpoint_close(e->ckpt);
     loom_registry_free(e->registry);
     loom_pool_free(e->pool);

@@ -4,6 +4,8 @@
 
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <loom/checkpoint.h>
@@ -102,10 +104,44 @@ static const char *LOOM_ABI h_json_str(const loom_json *v)
     return v && json_is_string(J(v)) ? json_string_value(J(v)) : NULL;
 }
 
+/* The 2.0 structs, whole: a caller's struct must hold at least these. */
+#define TENSOR_MIN_SIZE                                                        \
+    (offsetof(loom_tensor, nbytes) + sizeof(((loom_tensor *)0)->nbytes))
+#define WEIGHT_MIN_SIZE                                                        \
+    (offsetof(loom_weight, biases) + sizeof(((loom_weight *)0)->biases))
+
+/* Copies the core's struct `src` (`size` bytes) into a caller's struct whose
+ * leading struct_size says how much it holds: only what both hold is
+ * written, and out's struct_size then says how much that was. */
+static void fill_sized(void *out, const void *src, size_t size)
+{
+    uint32_t want;
+    memcpy(&want, out, sizeof want);
+    size_t n = want < size ? want : size;
+    memcpy(out, src, n);
+    uint32_t got = (uint32_t)n;
+    memcpy(out, &got, sizeof got);
+}
+
+static loom_status check_size(uint32_t have, size_t need, const char *what,
+                              const char *name, loom_err *err)
+{
+    if (have >= need)
+        return LOOM_OK;
+    return loom_err_set(err, LOOM_ERR_ABI,
+                        "%s '%s': the caller's %s is %u bytes, ABI %d.0 "
+                        "needs %zu",
+                        what, name, what, (unsigned)have, LOOM_ABI_MAJOR, need);
+}
+
 static loom_status LOOM_ABI h_tensor_find(const loom_checkpoint *c,
                                           const char *name, loom_tensor *out,
                                           loom_err *err)
 {
+    loom_status rc =
+        check_size(out->struct_size, TENSOR_MIN_SIZE, "loom_tensor", name, err);
+    if (rc != LOOM_OK)
+        return rc;
     const loom_st *st = loom_checkpoint_tensors(c);
     if (!st)
         return loom_err_set(err, LOOM_ERR_STATE, "%s: tensors are not loaded",
@@ -115,13 +151,22 @@ static loom_status LOOM_ABI h_tensor_find(const loom_checkpoint *c,
         return loom_err_set(err, LOOM_ERR_NOT_FOUND,
                             "%s: checkpoint has no tensor '%s'",
                             loom_checkpoint_dir(c), name);
-    *out = *t;
+    fill_sized(out, t, sizeof *t);
     return LOOM_OK;
 }
 
 static int LOOM_ABI h_tensor_next(const loom_checkpoint *c, const char *prefix,
                                   size_t *cursor, loom_tensor *out)
 {
+    if (out->struct_size < TENSOR_MIN_SIZE) {
+        /* no err to fill: say it once in the log, and end the iteration */
+        loom_log(LOOM_LOG_ERROR,
+                 "tensor_next: the caller's loom_tensor is %u bytes, ABI "
+                 "%d.0 needs %zu",
+                 (unsigned)out->struct_size, LOOM_ABI_MAJOR,
+                 (size_t)TENSOR_MIN_SIZE);
+        return 0;
+    }
     const loom_st *st = loom_checkpoint_tensors(c);
     if (!st)
         return 0;
@@ -130,7 +175,7 @@ static int LOOM_ABI h_tensor_next(const loom_checkpoint *c, const char *prefix,
     while (*cursor < n) {
         const loom_tensor *t = loom_st_at(st, (*cursor)++);
         if (plen == 0 || strncmp(t->name, prefix, plen) == 0) {
-            *out = *t;
+            fill_sized(out, t, sizeof *t);
             return 1;
         }
     }
@@ -142,7 +187,18 @@ static loom_status LOOM_ABI h_weight_find(const loom_checkpoint *c,
                                           int64_t cols, loom_weight *out,
                                           loom_err *err)
 {
-    return loom_weight_find(c, base, rows, cols, out, err);
+    loom_status rc =
+        check_size(out->struct_size, WEIGHT_MIN_SIZE, "loom_weight", base, err);
+    if (rc != LOOM_OK)
+        return rc;
+    loom_weight w;
+    memset(&w, 0, sizeof w);
+    rc = loom_weight_find(c, base, rows, cols, &w, err);
+    if (rc != LOOM_OK)
+        return rc;
+    w.struct_size = sizeof w;
+    fill_sized(out, &w, sizeof w);
+    return LOOM_OK;
 }
 
 /* The state that owns the pool and the accounting behind a table. */
@@ -183,16 +239,42 @@ static void LOOM_ABI h_weight_row(const loom_weight *w, int64_t row, float *out)
     loom_weight_row(w, row, out);
 }
 
-static void LOOM_ABI h_account(const loom_host *h, const char *what,
-                               int64_t delta)
+static const char *const use_names[LOOM_MEM_USE_COUNT] = {
+    "weights", "cache", "scratch", "graphs", "drafter"};
+
+/* Counts delta against the kind's budget: a positive delta that would pass
+ * it is refused and not counted (a compare-and-swap, as plugins may report
+ * from several threads). */
+static loom_status LOOM_ABI h_account(const loom_host *h, loom_mem_kind kind,
+                                      loom_mem_use use, int64_t delta,
+                                      loom_err *err)
 {
-    (void)what;
-    /* plugins may report from several threads */
-    atomic_fetch_add(&state_of(h)->accounted_bytes, delta);
+    loom_host_state *s = state_of(h);
+    if ((int)kind < 0 || (int)kind > 1 || (int)use < 0 ||
+        (int)use >= LOOM_MEM_USE_COUNT)
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "account: memory kind %d, use %d", (int)kind,
+                            (int)use);
+    int64_t cur = atomic_load(&s->accounted_total[kind]);
+    for (;;) {
+        if (delta > 0 && cur > s->budget[kind] - delta)
+            return loom_err_set(
+                err, LOOM_ERR_FULL,
+                "%s memory for %s: %lld bytes more would pass the budget of "
+                "%lld (%lld in use)",
+                kind == LOOM_MEM_HOST ? "host" : "device", use_names[use],
+                (long long)delta, (long long)s->budget[kind], (long long)cur);
+        if (atomic_compare_exchange_weak(&s->accounted_total[kind], &cur,
+                                         cur + delta))
+            break;
+    }
+    atomic_fetch_add(&s->accounted[kind][use], delta);
+    return LOOM_OK;
 }
 
-static const void *LOOM_ABI h_cuda(const loom_host *h)
+static const struct loom_cuda *LOOM_ABI h_cuda(const loom_host *h)
 {
+    /* the CUDA runtime fills this in when the engine runs on a device */
     (void)h;
     return NULL;
 }
@@ -202,6 +284,8 @@ void loom_host_init(loom_host_state *s, loom_pool *pool)
     memset(s, 0, sizeof *s);
     s->pool = pool;
     s->root = s;
+    s->budget[LOOM_MEM_HOST] = INT64_MAX;
+    s->budget[LOOM_MEM_DEVICE] = INT64_MAX;
     loom_host *h = &s->host;
     h->struct_size = sizeof *h;
     h->abi_major = LOOM_ABI_MAJOR;
@@ -237,4 +321,19 @@ void loom_host_lend(loom_host_state *out, loom_host_state *base,
     loom_host_init(out, root->pool);
     out->who = who;
     out->root = root;
+}
+
+void loom_host_set_budget(loom_host_state *state, loom_mem_kind kind,
+                          int64_t bytes)
+{
+    state->root->budget[kind] = bytes;
+}
+
+int64_t loom_host_accounted(const loom_host_state *state, loom_mem_kind kind,
+                            int use)
+{
+    const loom_host_state *r = state->root;
+    if (use < 0)
+        return atomic_load(&((loom_host_state *)r)->accounted_total[kind]);
+    return atomic_load(&((loom_host_state *)r)->accounted[kind][use]);
 }

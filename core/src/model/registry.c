@@ -7,8 +7,15 @@
 #include <string.h>
 
 #include <loom/checkpoint.h>
+#include <loom/drafter.h>
+#include <loom/family.h>
 #include <loom/log.h>
 #include <loom/platform.h>
+
+/* The 2.0 descriptor, whole: every later minor only appends to it. */
+#define PLUGIN_MIN_SIZE                                                        \
+    (offsetof(loom_plugin, get_interface) +                                    \
+     sizeof(((loom_plugin *)0)->get_interface))
 
 struct loaded {
     loom_plugin_ref ref;
@@ -109,15 +116,17 @@ static loom_status try_plugin(loom_registry *reg, const char *path)
     }
     if (p->abi_major != LOOM_ABI_MAJOR) {
         snprintf(why, sizeof why,
-                 "incompatible ABI %u.%u (this loom speaks %d.%d)",
+                 "incompatible ABI %u.%u (this loom speaks %d.%d; rebuild "
+                 "the plugin against this SDK)",
                  p->abi_major, p->abi_minor, LOOM_ABI_MAJOR, LOOM_ABI_MINOR);
         goto refuse;
     }
-    if (p->struct_size < sizeof(loom_plugin)) {
+    /* an older minor's descriptor may be smaller than ours, a newer one's
+     * bigger (its extra fields unread): it must hold the 2.0 fields */
+    if (p->struct_size < PLUGIN_MIN_SIZE) {
         snprintf(why, sizeof why,
-                 "descriptor struct_size %u is smaller than %zu (ABI %d.%d)",
-                 p->struct_size, sizeof(loom_plugin), LOOM_ABI_MAJOR,
-                 LOOM_ABI_MINOR);
+                 "descriptor struct_size %u is smaller than ABI %d.0's %zu",
+                 p->struct_size, LOOM_ABI_MAJOR, (size_t)PLUGIN_MIN_SIZE);
         goto refuse;
     }
     if (!p->name || !*p->name || !p->probe || !p->get_interface ||
@@ -126,10 +135,17 @@ static loom_status try_plugin(loom_registry *reg, const char *path)
                  "descriptor lacks a name, probe, get_interface or kind");
         goto refuse;
     }
-    const char *iface_id =
-        p->kind == LOOM_PLUGIN_FAMILY ? LOOM_FAMILY_ID : LOOM_DRAFTER_ID;
-    if (!p->get_interface(iface_id)) {
-        snprintf(why, sizeof why, "no '%s' interface", iface_id);
+    /* the interface's vtable passes its dispatcher's size checks */
+    loom_status bound;
+    if (p->kind == LOOM_PLUGIN_FAMILY) {
+        loom_family f;
+        bound = loom_family_bind(p, &f, &e);
+    } else {
+        loom_drafter_ref d;
+        bound = loom_drafter_bind(p, &d, &e);
+    }
+    if (bound != LOOM_OK) {
+        snprintf(why, sizeof why, "%s", e.msg);
         goto refuse;
     }
     if (find_by_name(reg, p->name)) {

@@ -1,5 +1,8 @@
 /* The smallest family plugin: claims configs whose model_type is "hello"
- * and reports their hidden_size; it has no forward. */
+ * and reports their hidden_size; it has no forward. Its open refuses, so the
+ * members ABI 2.0 requires beside it are here only to be complete: they
+ * refuse or do nothing. The optional ones (cache_reset, commit,
+ * get_extension) are left NULL and get the core's defaults. */
 #include <loom/plugin.h>
 
 static int32_t LOOM_ABI hello_probe(const loom_host *h,
@@ -20,7 +23,8 @@ static loom_status LOOM_ABI hello_geometry(const loom_host *h,
                             "%s/config.json: hidden_size must be a positive "
                             "integer",
                             h->checkpoint_path(c));
-    out->i64(out->ctx, "hidden_size", h->json_int(v));
+    if (out)
+        out->i64(out->ctx, "hidden_size", h->json_int(v));
     return LOOM_OK;
 }
 
@@ -36,17 +40,56 @@ static loom_status LOOM_ABI hello_open(const loom_host *h,
                         h->checkpoint_path(c));
 }
 
+/* open never makes a model, so nothing below is ever given one */
+static void LOOM_ABI hello_close(loom_model *m)
+{
+    (void)m;
+}
+
+static void LOOM_ABI hello_describe(const loom_model *m, loom_model_info *info)
+{
+    (void)m;
+    (void)info;
+}
+
+static loom_status LOOM_ABI hello_cache_new(loom_model *m, loom_cache **c,
+                                            loom_err *err)
+{
+    (void)m;
+    (void)c;
+    return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                        "hello: the hello family has no caches");
+}
+
+static void LOOM_ABI hello_cache_free(loom_model *m, loom_cache *c)
+{
+    (void)m;
+    (void)c;
+}
+
+static loom_status LOOM_ABI hello_forward(loom_model *m,
+                                          const loom_round *round,
+                                          const loom_output *out, loom_err *err)
+{
+    (void)m;
+    (void)round;
+    (void)out;
+    return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                        "hello: the hello family has no forward");
+}
+
 static const loom_family_i hello_family = {
-    /* .struct_size = */ sizeof(loom_family_i),
-    /* .geometry    = */ hello_geometry,
-    /* .open        = */ hello_open,
-    /* .close       = */ NULL,
-    /* .describe    = */ NULL,
-    /* .cache_new   = */ NULL,
-    /* .cache_reset = */ NULL,
-    /* .cache_free  = */ NULL,
-    /* .forward     = */ NULL,
-    /* .commit      = */ NULL,
+    /* .struct_size   = */ sizeof(loom_family_i),
+    /* .geometry      = */ hello_geometry,
+    /* .open          = */ hello_open,
+    /* .close         = */ hello_close,
+    /* .describe      = */ hello_describe,
+    /* .cache_new     = */ hello_cache_new,
+    /* .cache_reset   = */ NULL,
+    /* .cache_free    = */ hello_cache_free,
+    /* .forward       = */ hello_forward,
+    /* .commit        = */ NULL,
+    /* .get_extension = */ NULL,
 };
 
 static const void *LOOM_ABI hello_get_interface(const char *id)

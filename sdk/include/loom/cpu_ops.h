@@ -5,7 +5,8 @@
  *
  * Conventions: vectors are dense float32; `n` counts elements; `out` may
  * alias `x` wherever a function reads x[i] before writing out[i] only (noted
- * per function). Linear weights go through host->matmul, not through here.
+ * per function). Linear weights go through host->matmul, not through here,
+ * except into a view (loom_cpu_matmul_view).
  */
 #ifndef LOOM_CPU_OPS_H
 #define LOOM_CPU_OPS_H
@@ -158,6 +159,14 @@ loom_status loom_cpu_tensor_f32(const loom_tensor *t, float *out, int64_t n,
                                 loom_err *err);
 /* Element i of a F32/F16/BF16 array as float32. */
 float loom_cpu_load_f32(const void *data, loom_dtype dtype, int64_t i);
+
+/* ---------------------------------------------------------------- views */
+
+/* y[t] = W x[t] for the n dense rows of x, into rows 0..n of the host
+ * float32 view y (checked beforehand, loom_view_check): one host->matmul
+ * when y's rows are contiguous, else one per row (the same arithmetic). */
+void loom_cpu_matmul_view(const loom_host *host, const loom_weight *w,
+                          const float *x, int64_t n, const loom_view *y);
 
 #ifdef __cplusplus
 }

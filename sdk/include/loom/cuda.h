@@ -1,7 +1,8 @@
 /* The typed CUDA device table the core hands plugins (loom.cuda/1): driver
  * entry points resolved at run time, the engine's context and stream, the
- * device's facts and accounted device memory. Self-contained: no CUDA header
- * is needed, so plugin host code stays plain C and links no CUDA library.
+ * device's facts and accounted device memory. Needs plugin.h alone: no CUDA
+ * header is needed, so plugin host code stays plain C and links no CUDA
+ * library.
  *
  * Every entry point is the driver API function of the same name (without the
  * `cu` prefix, first letter lowered), resolved with cuGetProcAddress at
@@ -20,6 +21,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <loom/plugin.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,15 +50,7 @@ typedef struct loom_cu_event_s *loom_cu_event;
 typedef struct loom_cu_graph_s *loom_cu_graph;
 typedef struct loom_cu_graph_exec_s *loom_cu_graph_exec;
 
-/* What device memory is for; the account and the budget are kept by use. */
-typedef enum loom_mem_use {
-    LOOM_MEM_WEIGHTS = 0,
-    LOOM_MEM_CACHE = 1,   /* per-stream caches: KV pages, recurrent state */
-    LOOM_MEM_SCRATCH = 2, /* activations, logits, row tables */
-    LOOM_MEM_GRAPHS = 3,
-    LOOM_MEM_DRAFTER = 4,
-    LOOM_MEM_USE_COUNT
-} loom_mem_use;
+/* loom_mem_use (what memory is for) is plugin.h's. */
 
 /* cuLaunchKernelEx's attribute for programmatic dependent launch (sm_90). */
 #define LOOM_CU_LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION 6

@@ -4,8 +4,16 @@
  *
  * Versioning (see docs/plugins.md): `abi_major` changes break; the core
  * refuses a plugin whose major differs. Minor versions only append fields to
- * the end of structs and add interface ids; every struct crossing the ABI
- * starts with `struct_size` so either side can tell what the other knows.
+ * the end of structs and add interface ids. Every struct crossing the ABI
+ * starts with `struct_size` (arrays of structs carry their element size):
+ * a reader accepts a smaller struct (an older minor), reads only the fields
+ * inside it (LOOM_HAS_FIELD) and takes the documented default for the rest;
+ * a writer fills only what the reader's struct_size holds. The core calls
+ * plugins only through its dispatchers (core/src/model/family.c, drafter.c),
+ * which check sizes and apply the defaults of optional members.
+ *
+ * Lifetimes: a pointer a plugin receives is valid for the call it is passed
+ * to unless its member says otherwise.
  *
  * Thread tags used below:
  *   [any-thread]   may be called from any thread, concurrently with anything.
@@ -27,7 +35,7 @@
 extern "C" {
 #endif
 
-#define LOOM_ABI_MAJOR 1
+#define LOOM_ABI_MAJOR 2
 #define LOOM_ABI_MINOR 0
 
 #if defined(_WIN32)
@@ -55,7 +63,8 @@ extern "C" {
     XX(ERR_DEVICE, -9, "device error")                                         \
     XX(ERR_CANCELLED, -10, "cancelled")                                        \
     XX(ERR_FULL, -11, "capacity exhausted")                                    \
-    XX(ERR_STATE, -12, "call not valid in this state")
+    XX(ERR_STATE, -12, "call not valid in this state")                         \
+    XX(ERR_DEVICE_LOST, -13, "device lost")
 
 typedef int32_t loom_status;
 enum loom_status_code {
@@ -207,14 +216,25 @@ typedef enum loom_json_type {
  * from it is closed. */
 typedef struct loom_checkpoint loom_checkpoint;
 
+/* ---------------------------------------------------------------- sizes */
+
+/* Whether a struct that says it is `struct_size` bytes long holds `member`
+ * whole: a reader of an older (smaller) struct reads only what is inside
+ * and takes the documented default for the rest. */
+#define LOOM_HAS_FIELD(size, type, member)                                     \
+    ((size_t)(size) >=                                                         \
+     offsetof(type, member) + sizeof(((const type *)0)->member))
+
 /* ---------------------------------------------------------------- tensors */
 
 #define LOOM_MAX_DIMS 8
 
 /* One tensor of a checkpoint, memory-mapped. `data` points into the mapping
- * and stays valid while the checkpoint is open. Little-endian hosts only. */
+ * and stays valid while the checkpoint is open. Little-endian hosts only.
+ * Filled by the host up to the caller's struct_size. */
 typedef struct loom_tensor {
-    const char *name; /* owned by the host */
+    uint32_t struct_size;
+    const char *name; /* owned by the host, valid while the checkpoint is */
     loom_dtype dtype;
     int32_t ndim;
     int64_t shape[LOOM_MAX_DIMS];
@@ -225,8 +245,10 @@ typedef struct loom_tensor {
 /* A 2-D linear weight `[rows = out, cols = in]`, either plain (F32, F16,
  * BF16) or MLX affine-quantized: `q` is U32 `[rows, cols*bits/32]`, element j
  * of a word in bits [bits*j, bits*(j+1)) LSB first; `scales`/`biases` are
- * `[rows, cols/group_size]` (F32, F16 or BF16); w = scale * q + bias. */
+ * `[rows, cols/group_size]` (F32, F16 or BF16); w = scale * q + bias.
+ * Pointers are into the checkpoint's mapping, valid while it is open. */
 typedef struct loom_weight {
+    uint32_t struct_size;
     loom_dtype dtype; /* of `data`; LOOM_DTYPE_U32 when quantized */
     int64_t rows, cols;
     const void *data;
@@ -248,6 +270,62 @@ static inline uint64_t loom_weight_nbytes(const loom_weight *w)
            2 * (uint64_t)w->rows * (uint64_t)(w->cols / w->group_size) * ss;
 }
 
+/* ---------------------------------------------------------------- views */
+
+typedef enum loom_mem_kind {
+    LOOM_MEM_HOST = 0,
+    LOOM_MEM_DEVICE = 1 /* device memory of the engine's loom_cuda table */
+} loom_mem_kind;
+
+#define LOOM_VIEW_DIMS 4
+
+/* A tensor that crosses the ABI (logits, taps, hidden rows, features): its
+ * memory kind, dtype, shape and strides (in elements, outermost first), and
+ * where it lives. The owner is whoever made it (said at each use); a view is
+ * valid for the call it is passed to unless said otherwise. A view with
+ * ndim == 0 is empty ("none asked"). Views are embedded by value in other
+ * structs (loom_output, loom_proposals), so loom_view is frozen for every
+ * 2.x minor: it grows only with a major, and a reader refuses a view whose
+ * struct_size is not at least sizeof(loom_view) (LOOM_ERR_INVALID). */
+typedef struct loom_view {
+    uint32_t struct_size;
+    int32_t kind; /* loom_mem_kind */
+    loom_dtype dtype;
+    int32_t ndim;
+    int64_t shape[LOOM_VIEW_DIMS];
+    int64_t strides[LOOM_VIEW_DIMS];
+    void *data;          /* LOOM_MEM_HOST */
+    uint64_t device_ptr; /* LOOM_MEM_DEVICE: a loom_cu_ptr */
+} loom_view;
+
+/* A dense host float32 view of shape [rows, cols]. */
+static inline loom_view loom_view_host_f32(float *data, int64_t rows,
+                                           int64_t cols)
+{
+    loom_view v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    v.kind = LOOM_MEM_HOST;
+    v.dtype = LOOM_DTYPE_F32;
+    v.ndim = 2;
+    v.shape[0] = rows;
+    v.shape[1] = cols;
+    v.strides[0] = cols;
+    v.strides[1] = 1;
+    v.data = data;
+    return v;
+}
+
+/* The host float32 row `r` of a dense 2-D host view, or NULL when the view
+ * is not that (device memory, another dtype, out of range). */
+static inline float *loom_view_row_f32(const loom_view *v, int64_t r)
+{
+    if (!v || v->kind != LOOM_MEM_HOST || v->dtype != LOOM_DTYPE_F32 ||
+        v->ndim < 1 || r < 0 || r >= v->shape[0] || !v->data)
+        return NULL;
+    return (float *)v->data + r * v->strides[0];
+}
+
 /* ---------------------------------------------------------------- host */
 
 typedef enum loom_log_level {
@@ -257,24 +335,43 @@ typedef enum loom_log_level {
     LOOM_LOG_DEBUG = 3
 } loom_log_level;
 
+/* What memory is for; the account and the budget are kept by use and kind
+ * (host bytes through loom_host's account, device bytes through loom_cuda's
+ * alloc and free). */
+typedef enum loom_mem_use {
+    LOOM_MEM_WEIGHTS = 0,
+    LOOM_MEM_CACHE = 1,   /* per-stream caches: KV pages, recurrent state */
+    LOOM_MEM_SCRATCH = 2, /* activations, logits, row tables */
+    LOOM_MEM_GRAPHS = 3,
+    LOOM_MEM_DRAFTER = 4,
+    LOOM_MEM_USE_COUNT
+} loom_mem_use;
+
 /* Work split over the host's thread pool: fn is called with disjoint
  * [begin, end) ranges covering [0, n), possibly concurrently. */
 typedef void(LOOM_ABI *loom_range_fn)(void *ctx, int64_t begin, int64_t end);
 
-/* Receives named geometry fields from a family's `geometry` call. */
+/* Receives named geometry fields from a family's `geometry` call. Owned by
+ * the host; valid for that call. */
 typedef struct loom_fields {
+    uint32_t struct_size;
     void *ctx;
     void(LOOM_ABI *i64)(void *ctx, const char *key, int64_t value);
     void(LOOM_ABI *f64)(void *ctx, const char *key, double value);
     void(LOOM_ABI *str)(void *ctx, const char *key, const char *value);
 } loom_fields;
 
-/* The services the core gives a plugin. Owned by the host; valid from the
- * plugin's first call until the plugin is unloaded. All [any-thread]. */
+struct loom_cuda; /* sdk/include/loom/cuda.h */
+
+/* The services the core gives a plugin. Owned by the host, one table per
+ * loaded plugin (so log lines name the plugin); valid from the plugin's
+ * first call until it is unloaded. Every member is [any-thread] and never
+ * NULL in a table of this struct_size. */
 typedef struct loom_host {
     uint32_t struct_size;
     uint16_t abi_major, abi_minor;
 
+    /* One line, prefixed with the plugin's name. */
     void(LOOM_ABI *log)(const struct loom_host *host, loom_log_level level,
                         const char *fmt, ...)
 #if defined(__GNUC__)
@@ -284,7 +381,7 @@ typedef struct loom_host {
 
     /* config.json of the checkpoint; `text_config` is the object under
      * "text_config" when present, else the root. generation_config may be
-     * NULL when the file is absent. */
+     * NULL when the file is absent. Valid while the checkpoint is open. */
     const loom_json *(LOOM_ABI *config)(const loom_checkpoint *ckpt);
     const loom_json *(LOOM_ABI *text_config)(const loom_checkpoint *ckpt);
     const loom_json *(LOOM_ABI *generation_config)(const loom_checkpoint *ckpt);
@@ -301,14 +398,15 @@ typedef struct loom_host {
     int(LOOM_ABI *json_bool)(const loom_json *v);         /* 1, 0 */
     const char *(LOOM_ABI *json_str)(const loom_json *v); /* NULL if not */
 
-    /* Tensors. A missing one is LOOM_ERR_NOT_FOUND with a message naming the
-     * tensor and the checkpoint. */
+    /* Tensors. `out->struct_size` says how much the caller's struct holds.
+     * A missing one is LOOM_ERR_NOT_FOUND naming the tensor and checkpoint. */
     loom_status(LOOM_ABI *tensor_find)(const loom_checkpoint *ckpt,
                                        const char *name, loom_tensor *out,
                                        loom_err *err);
     /* Iterates names starting with `prefix` ("" for all) in file order:
      * start with *cursor = 0; returns 1 and fills `out` while there are
-     * more, 0 at the end. */
+     * more, 0 at the end (and, logged, for an out->struct_size smaller than
+     * 2.0's). */
     int(LOOM_ABI *tensor_next)(const loom_checkpoint *ckpt, const char *prefix,
                                size_t *cursor, loom_tensor *out);
     /* A linear weight named by its module path `base` ("model.layers.0.
@@ -333,13 +431,18 @@ typedef struct loom_host {
     /* Row `row` of w as float32 into out[0..cols) (embedding lookup). */
     void(LOOM_ABI *weight_row)(const loom_weight *w, int64_t row, float *out);
 
-    /* Allocation accounting: plugins report device/host bytes they hold. */
-    void(LOOM_ABI *account)(const struct loom_host *host, const char *what,
-                            int64_t delta_bytes);
+    /* Memory accounting: a plugin reports the host bytes it holds (device
+     * bytes are accounted by loom_cuda's alloc/free). A positive delta that
+     * would pass the engine's budget for that kind is refused with
+     * LOOM_ERR_FULL naming the use and the bytes, and not counted; an
+     * unknown kind or use is LOOM_ERR_INVALID. `err` may be NULL. */
+    loom_status(LOOM_ABI *account)(const struct loom_host *host,
+                                   loom_mem_kind kind, loom_mem_use use,
+                                   int64_t delta_bytes, loom_err *err);
 
-    /* The CUDA driver table (loom.cuda/1) when a driver was found, else
-     * NULL. Its layout is in a later minor version of this header. */
-    const void *(LOOM_ABI *cuda)(const struct loom_host *host);
+    /* The engine's device table when a driver and device were found and the
+     * engine runs on it, else NULL. Valid until the engine closes. */
+    const struct loom_cuda *(LOOM_ABI *cuda)(const struct loom_host *host);
 } loom_host;
 
 /* ---------------------------------------------------------------- rounds */
@@ -354,13 +457,15 @@ enum loom_row_flags {
     LOOM_ROW_LOGITS = 1u << 0,
     /* write this row's tapped features (drafters) */
     LOOM_ROW_TAP = 1u << 1,
-    /* this row may be dropped by a later `commit`: the family keeps what it
-     * needs to roll back to just before it */
+    /* this row belongs to the cache's window: a later `commit` keeps a
+     * prefix of the window's rows */
     LOOM_ROW_SPECULATIVE = 1u << 2
 };
 
-/* One token of one stream. Rows of one cache appear in a round in order of
- * position, and the first one's position equals the cache's length. */
+/* One token of one stream. Rows of one cache are contiguous in a round and
+ * in order of position; the first one's position equals the cache's length.
+ * A cache carries at most one window (rows flagged SPECULATIVE, at most
+ * LOOM_MAX_WINDOW, all after its plain rows). */
 typedef struct loom_row {
     loom_cache *cache;
     int32_t token;
@@ -369,17 +474,35 @@ typedef struct loom_row {
     uint32_t flags;
 } loom_row;
 
+#define LOOM_MAX_WINDOW 16
+
+/* Owned by the lane; valid for the forward it is passed to. `row_size` is
+ * sizeof(loom_row) as the lane knows it: read row i at
+ * (const char *)rows + i * row_size. */
 typedef struct loom_round {
+    uint32_t struct_size;
+    uint32_t row_size;
     const loom_row *rows;
     int32_t n_rows;
 } loom_round;
 
-/* Where forward writes. logits: [k, vocab] float32, row k being the k-th
- * row flagged LOOM_ROW_LOGITS in round order. taps: [k, n_taps, hidden]
- * for the k-th row flagged LOOM_ROW_TAP (NULL when no drafter asked). */
+/* The i-th row of a round, whatever the size of the lane's loom_row. */
+static inline const loom_row *loom_round_row(const loom_round *r, int32_t i)
+{
+    return (const loom_row *)((const char *)r->rows +
+                              (size_t)i * (size_t)r->row_size);
+}
+
+/* Where forward writes; views owned by the lane, valid for that forward.
+ * logits: [k, vocab] float32, row k being the k-th row flagged
+ * LOOM_ROW_LOGITS in round order. taps: [k, n_taps * hidden] for the k-th
+ * row flagged LOOM_ROW_TAP (ndim 0 when no drafter asked). On a device the
+ * views are device memory of the engine's table and forward is
+ * stream-ordered: it does not synchronise. */
 typedef struct loom_output {
-    float *logits;
-    float *taps;
+    uint32_t struct_size;
+    loom_view logits;
+    loom_view taps;
 } loom_output;
 
 enum loom_device_kind {
@@ -391,29 +514,30 @@ enum loom_device_kind {
 enum loom_model_caps {
     LOOM_CAP_WINDOWS = 1u << 0, /* LOOM_ROW_SPECULATIVE + commit */
     LOOM_CAP_TREES = 1u << 1,   /* rows with parent != -1 */
-    LOOM_CAP_TAPS = 1u << 2     /* LOOM_ROW_TAP */
+    LOOM_CAP_TAPS = 1u << 2     /* LOOM_ROW_TAP, loom.target/1 set_taps */
 };
 
-/* Filled by the host before open. */
+/* Filled by the host before open; valid for the open call only (a family
+ * copies what it keeps). */
 typedef struct loom_model_options {
     uint32_t struct_size;
-    int32_t device;      /* loom_device_kind */
+    int32_t device;      /* loom_device_kind: CPU or CUDA, never AUTO */
     int64_t max_context; /* 0: the model's own limit */
     int32_t max_rows;    /* most rows one forward will be given; 0: 512 */
-    int32_t n_taps;      /* tapped layers (drafter), 0 for none */
-    const int32_t *taps; /* layer indices whose outputs are tapped */
+    int32_t max_streams; /* caches alive at once, for pools; 0: unbounded */
 } loom_model_options;
 
 #define LOOM_MAX_EOS 8
 
-/* Filled by `describe`. Strings owned by the model, valid until close. */
+/* Filled by `describe` up to info->struct_size (set by the caller). Strings
+ * owned by the model, valid until close. */
 typedef struct loom_model_info {
     uint32_t struct_size;
     int32_t vocab;
     int32_t hidden;
     int32_t n_layers;
     int32_t n_eos;
-    int32_t eos[LOOM_MAX_EOS];
+    int32_t eos[LOOM_MAX_EOS]; /* config + generation_config, merged once */
     int64_t max_context;
     /* one char per layer: 'L' linear attention, 'A' attention, 'M' Mamba-2,
      * '-' MLP only, 'E' MoE */
@@ -433,14 +557,16 @@ typedef struct loom_model_info {
 
 /* ---------------------------------------------------------------- family */
 
-#define LOOM_FAMILY_ID "loom.family/1"
+#define LOOM_FAMILY_ID "loom.family/2"
 
+/* Members marked [optional] may be NULL; the core's dispatcher then does
+ * what the member's comment says. Every other member is required. */
 typedef struct loom_family_i {
     uint32_t struct_size;
 
     /* Describes the geometry parsed from config.json, field by field, without
      * loading weights. Refuses a bad config with the field's name and value.
-     * [load-thread] */
+     * [optional: no fields] [load-thread] */
     loom_status(LOOM_ABI *geometry)(const loom_host *host,
                                     const loom_checkpoint *ckpt,
                                     const loom_fields *out, loom_err *err);
@@ -454,70 +580,137 @@ typedef struct loom_family_i {
     /* Releases everything open made. NULL is accepted. [load-thread] */
     void(LOOM_ABI *close)(loom_model *model);
 
+    /* [any-thread] (reads only what open fixed) */
     void(LOOM_ABI *describe)(const loom_model *model, loom_model_info *info);
 
     /* A stream's cache, empty. [lane-thread] */
     loom_status(LOOM_ABI *cache_new)(loom_model *model, loom_cache **cache,
                                      loom_err *err);
-    /* Empties a cache for reuse by another stream. [lane-thread] */
+    /* Empties a cache for reuse by another stream. [optional: cache_free
+     * then cache_new] [lane-thread] */
     void(LOOM_ABI *cache_reset)(loom_model *model, loom_cache *cache);
+    /* NULL is accepted. [lane-thread] */
     void(LOOM_ABI *cache_free)(loom_model *model, loom_cache *cache);
 
-    /* One forward over a round. On failure no cache has changed.
-     * [lane-thread] */
+    /* One forward over a round. On failure no cache has changed. A round
+     * that holds a row of a cache whose window is not committed yet is
+     * refused with LOOM_ERR_STATE. [lane-thread] */
     loom_status(LOOM_ABI *forward)(loom_model *model, const loom_round *round,
                                    const loom_output *out, loom_err *err);
 
-    /* After a forward whose last `n` rows for `cache` were flagged
-     * LOOM_ROW_SPECULATIVE: keep the first `kept` of them (0..n) and leave
-     * the cache exactly as if only those had been fed. [lane-thread] */
+    /* After a forward that gave `cache` a window of n rows: keep the first
+     * `kept` of them (0..n) and leave the cache exactly as if only those had
+     * been fed. Refused with LOOM_ERR_STATE when the cache has no window.
+     * [optional: LOOM_CAP_WINDOWS is off and the lane sends no windows]
+     * [lane-thread] */
     loom_status(LOOM_ABI *commit)(loom_model *model, loom_cache *cache,
                                   int32_t kept, loom_err *err);
+
+    /* An extension of this opened model by id (LOOM_TARGET_ID, ...), or NULL
+     * when this model (on this device) has none. The vtable is static or
+     * owned by the model, valid until close. [optional: none] [any-thread] */
+    const void *(LOOM_ABI *get_extension)(const loom_model *model,
+                                          const char *id);
 } loom_family_i;
+
+/* ---------------------------------------------------------------- target */
+
+/* What a drafter reaches of its target model: the token embedding, the
+ * output head (final norm + lm_head) and which layers' outputs forward taps.
+ * Views are owned by the caller and of the model's device. [lane-thread],
+ * except set_taps [load-thread] before the first forward. */
+#define LOOM_TARGET_ID "loom.target/1"
+
+typedef struct loom_target_i {
+    uint32_t struct_size;
+    /* hidden[i, 0..hidden) = embedding of tokens[i], i < n; float32. */
+    loom_status(LOOM_ABI *embed)(loom_model *model, const int32_t *tokens,
+                                 int32_t n, const loom_view *hidden,
+                                 loom_err *err);
+    /* logits[i, 0..vocab) = lm_head(final_norm(hidden[i])), i < n. */
+    loom_status(LOOM_ABI *head)(loom_model *model, const loom_view *hidden,
+                                int32_t n, const loom_view *logits,
+                                loom_err *err);
+    /* Rows flagged LOOM_ROW_TAP get the outputs of these layers, in this
+     * order, in out->taps. The ids are copied. n = 0 turns taps off. */
+    loom_status(LOOM_ABI *set_taps)(loom_model *model, const int32_t *layers,
+                                    int32_t n, loom_err *err);
+} loom_target_i;
 
 /* ---------------------------------------------------------------- drafter */
 
-#define LOOM_DRAFTER_ID "loom.drafter/1"
+#define LOOM_DRAFTER_ID "loom.drafter/2"
 
 typedef struct loom_drafter loom_drafter;
 
+/* The target a drafter opens with: valid until the drafter is closed (the
+ * core closes drafters before their target). */
+typedef struct loom_target {
+    uint32_t struct_size;
+    const loom_model_info *info;
+    loom_model *model;
+    const loom_target_i *ext; /* NULL when the family has no loom.target/1 */
+} loom_target;
+
+/* Filled by `needs`; `taps` owned by the drafter, valid until close. */
 typedef struct loom_drafter_needs {
     uint32_t struct_size;
     int32_t n_taps;
-    const int32_t *taps; /* target layer ids; owned by the drafter */
-    int32_t block_size;
+    const int32_t *taps; /* target layer ids */
+    int32_t block_size;  /* most tokens one draft proposes, plus one */
     int32_t mask_token;
 } loom_drafter_needs;
+
+/* Where `draft` writes, owned by the lane. Stream i's proposals are
+ * tokens[i*max .. i*max + n_out[i]), each with parents[...] (-1: the
+ * previous proposal, or the stream's last token for the first); `logits`
+ * is [n_streams*max, vocab] when the lane asks (ndim > 0) and the drafter
+ * has them, else left alone. */
+typedef struct loom_proposals {
+    uint32_t struct_size;
+    int32_t max;
+    int32_t *tokens;
+    int32_t *parents;
+    int32_t *n_out;
+    loom_view logits;
+} loom_proposals;
 
 typedef struct loom_draft_stream loom_draft_stream; /* drafter-defined */
 
 typedef struct loom_drafter_i {
     uint32_t struct_size;
+    /* [optional: no fields] [load-thread] */
     loom_status(LOOM_ABI *geometry)(const loom_host *host,
                                     const loom_checkpoint *ckpt,
                                     const loom_fields *out, loom_err *err);
-    /* Refuses a target it does not fit. [load-thread] */
+    /* Refuses a target it does not fit (vocab, hidden, tap ids, a missing
+     * loom.target/1 it needs). [load-thread] */
     loom_status(LOOM_ABI *open)(const loom_host *host,
                                 const loom_checkpoint *ckpt,
-                                const loom_model_info *target,
+                                const loom_target *target,
                                 loom_drafter **drafter, loom_err *err);
+    /* NULL is accepted. [load-thread] */
     void(LOOM_ABI *close)(loom_drafter *drafter);
+    /* [any-thread] */
     void(LOOM_ABI *needs)(const loom_drafter *drafter, loom_drafter_needs *req);
+    /* [lane-thread] */
     loom_status(LOOM_ABI *stream_new)(loom_drafter *drafter,
                                       loom_draft_stream **s, loom_err *err);
+    /* NULL is accepted. [lane-thread] */
     void(LOOM_ABI *stream_free)(loom_drafter *drafter, loom_draft_stream *s);
-    /* The target's tapped features [n, n_taps, hidden] of newly committed
-     * rows. [lane-thread] */
+    /* The target's tapped features of newly committed rows: a view
+     * [n, n_taps * hidden] and their positions[n]. [optional: the drafter
+     * asked for no taps] [lane-thread] */
     loom_status(LOOM_ABI *absorb)(loom_drafter *drafter, loom_draft_stream *s,
-                                  const float *features, int32_t n,
+                                  const loom_view *features,
+                                  const int32_t *positions, int32_t n,
                                   loom_err *err);
-    /* Proposes up to block_size-1 tokens after `last` for each stream.
-     * tokens[i*max + j]; n_out[i] tokens for stream i. [lane-thread] */
+    /* Proposes up to out->max tokens after last[i] for each stream.
+     * [lane-thread] */
     loom_status(LOOM_ABI *draft)(loom_drafter *drafter,
                                  loom_draft_stream *const *streams,
                                  const int32_t *last, int32_t n_streams,
-                                 int32_t max, int32_t *tokens, int32_t *n_out,
-                                 loom_err *err);
+                                 const loom_proposals *out, loom_err *err);
 } loom_drafter_i;
 
 /* ---------------------------------------------------------------- entry */

@@ -1,9 +1,10 @@
 /* A forward's plan of its round: the rows grouped by cache (one open-addressing
  * map, O(rows)), each cache's rows in round order, and the checks every
- * family makes before anything changes (tokens, chains, positions following
- * the cache's length, speculative rows last, the context and row limits, the
- * output buffers). Families link it from the SDK so each need not scan
- * the round once per stream. */
+ * family makes before anything changes (the round's and rows' sizes, tokens,
+ * chains, positions following the cache's length, speculative rows last and
+ * at most LOOM_MAX_WINDOW of them, the context and row limits, the output
+ * views). Families link it from the SDK so each need not scan the round
+ * once per stream. */
 #ifndef LOOM_ROUND_PLAN_H
 #define LOOM_ROUND_PLAN_H
 
@@ -22,6 +23,8 @@ typedef struct loom_plan_rules {
     int64_t max_context;    /* positions in [0, max_context) */
     int32_t max_rows;       /* rows per round */
     int32_t n_taps;         /* tapped layers written for LOOM_ROW_TAP rows */
+    int64_t hidden;         /* floats of one tapped layer's row */
+    int32_t view_kind;      /* loom_mem_kind of the output views it writes */
     uint32_t refused_flags; /* row flags the family does not provide */
     /* positions a cache holds (the family's cache is opaque to the SDK) */
     int64_t (*cache_len)(const loom_cache *cache);
@@ -56,16 +59,29 @@ typedef struct loom_round_plan {
 void loom_round_plan_init(loom_round_plan *plan);
 void loom_round_plan_free(loom_round_plan *plan);
 
+/* Checks that `v` (named `what` in messages, after `who`) is a float32 2-D
+ * view of memory kind `kind` with at least `rows` rows of `cols` elements,
+ * each row dense (unit column stride) and the rows apart by at least `cols`.
+ * A view of another kind is LOOM_ERR_UNSUPPORTED (a CPU model writes host
+ * memory only); an empty view (ndim 0), another dtype or shape, or a view
+ * struct smaller than ABI 2.0's is LOOM_ERR_INVALID. */
+loom_status loom_view_check(const loom_view *v, int32_t kind, int64_t rows,
+                            int64_t cols, const char *who, const char *what,
+                            loom_err *err);
+
 /* Groups `round`'s rows by cache and checks them against `rules` and `out`
- * (NULL: no buffers). Refuses, naming the row index and its position:
- * no rows array or more than max_rows (LOOM_ERR_INVALID, LOOM_ERR_RANGE); a
+ * (NULL: no views). Refuses, naming the row index and its position:
+ * a round or row size smaller than ABI 2.0's (LOOM_ERR_INVALID); no rows
+ * array or more than max_rows (LOOM_ERR_INVALID, LOOM_ERR_RANGE); a
  * row without a cache (INVALID), a token outside the vocabulary (RANGE), a
  * parent other than -1 or a refused flag (LOOM_ERR_UNSUPPORTED); a position
  * other than its cache's length plus the rows of that cache before it in
  * the round, or a plain row after a speculative one of its cache (INVALID);
- * a position past max_context (LOOM_ERR_FULL); rows asking for logits or
- * taps with no buffer for them (INVALID). Changes no cache; after a
- * refusal the plan holds nothing to use. */
+ * more than LOOM_MAX_WINDOW speculative rows of one cache (RANGE); a
+ * position past max_context (LOOM_ERR_FULL); rows asking for logits or taps
+ * without a view for them that loom_view_check accepts ([n_logits, vocab],
+ * [n_taps rows, n_taps * hidden], of rules->view_kind). Changes no cache;
+ * after a refusal the plan holds nothing to use. */
 loom_status loom_round_plan_make(loom_round_plan *plan, const loom_round *round,
                                  const loom_output *out,
                                  const loom_plan_rules *rules, loom_err *err);
