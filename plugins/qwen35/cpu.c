@@ -25,13 +25,7 @@ void q35_scratch_free(q35_scratch *s)
     free(s->a);
     free(s->decay);
     free(s->beta);
-    free(s->moe_prob);
-    free(s->sel_id);
-    free(s->sel_w);
-    free(s->gidx);
-    free(s->gx);
-    free(s->gout);
-    free(s->shg);
+    q35_moe_scratch_free(&s->moe);
     memset(s, 0, sizeof *s);
 }
 
@@ -73,23 +67,17 @@ static loom_status q35_scratch_reserve(loom_model *m, int64_t rows,
     n.a = malloc(r * (size_t)g->lin_v_heads * f);
     n.decay = malloc(r * (size_t)g->lin_v_heads * f);
     n.beta = malloc(r * (size_t)g->lin_v_heads * f);
-    /* MoE routing (Qwen3-Next); +1 keeps the sizes non-zero without it */
-    size_t E = (size_t)g->n_experts, K = (size_t)g->top_k;
-    n.moe_prob = malloc((r * E + 1) * f);
-    n.sel_id = malloc((r * K + 1) * sizeof(int32_t));
-    n.sel_w = malloc((r * K + 1) * f);
-    n.gidx = malloc(r * sizeof(int32_t));
-    n.gx = malloc(r * (size_t)g->hidden * f);
-    n.gout = malloc(r * (size_t)g->hidden * f);
-    n.shg = malloc(r * f);
     if (!n.h || !n.xn || !n.proj || !n.big0 || !n.big1 || !n.big2 ||
-        !n.conv_out || !n.o || !n.z || !n.b || !n.a || !n.decay || !n.beta ||
-        !n.moe_prob || !n.sel_id || !n.sel_w || !n.gidx || !n.gx || !n.gout ||
-        !n.shg) {
+        !n.conv_out || !n.o || !n.z || !n.b || !n.a || !n.decay || !n.beta) {
         q35_scratch_free(&n);
         return loom_err_set(err, LOOM_ERR_NOMEM,
                             "qwen35: no memory for %lld rows of activations",
                             (long long)rows);
+    }
+    loom_status st = q35_moe_reserve(&n.moe, g, rows, err);
+    if (st != LOOM_OK) {
+        q35_scratch_free(&n);
+        return st;
     }
     q35_scratch_free(s);
     *s = n;
@@ -329,77 +317,6 @@ static void q35_mlp(loom_model *m, const q35_layer *L, int64_t T)
     host->matmul(host, &L->down, s->big0, s->proj, T);
 }
 
-/* Qwen3-Next's sparse MoE block (spec 2.8): softmax over the router in
- * float32, the top_k experts (ties to the lower id), renormalised when
- * norm_topk_prob; each expert runs once over the rows routed to it, and a
- * row sums its experts in id order, so its result does not depend on the
- * other rows of the round. Then the shared expert, gated by a sigmoid. */
-static void q35_moe(loom_model *m, const q35_layer *L, int64_t T)
-{
-    const loom_host *host = m->host;
-    const q35_geometry *g = &m->g;
-    q35_scratch *s = &m->s;
-    int64_t E = g->n_experts, K = g->top_k, H = g->hidden, F = g->moe_ffn;
-    size_t hb = (size_t)H * sizeof(float);
-    host->matmul(host, &L->router, s->xn, s->moe_prob, T);
-    for (int64_t t = 0; t < T; t++) {
-        float *p = s->moe_prob + t * E;
-        loom_cpu_softmax(p, E);
-        int32_t *id = s->sel_id + t * K;
-        float *w = s->sel_w + t * K;
-        double sum = 0.0;
-        for (int64_t k = 0; k < K; k++) {
-            int32_t best = -1;
-            for (int64_t e = 0; e < E; e++) {
-                int taken = 0;
-                for (int64_t j = 0; j < k; j++)
-                    taken |= id[j] == e;
-                if (!taken && (best < 0 || p[e] > p[best]))
-                    best = (int32_t)e;
-            }
-            id[k] = best;
-            w[k] = p[best];
-            sum += p[best];
-        }
-        if (g->norm_topk)
-            for (int64_t k = 0; k < K; k++)
-                w[k] = (float)(w[k] / sum);
-    }
-    memset(s->proj, 0, (size_t)T * hb);
-    for (int64_t e = 0; e < E; e++) {
-        int64_t n = 0;
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t k = 0; k < K; k++)
-                if (s->sel_id[t * K + k] == e) {
-                    s->gidx[n] = (int32_t)(t * K + k);
-                    memcpy(s->gx + n * H, s->xn + t * H, hb);
-                    n++;
-                }
-        if (n == 0)
-            continue;
-        const q35_expert *x = &L->experts[e];
-        host->matmul(host, &x->gate, s->gx, s->big0, n);
-        host->matmul(host, &x->up, s->gx, s->big1, n);
-        loom_cpu_swiglu(s->big0, s->big1, n * F);
-        host->matmul(host, &x->down, s->big0, s->gout, n);
-        for (int64_t j = 0; j < n; j++) {
-            int64_t t = s->gidx[j] / K;
-            loom_cpu_axpy(s->proj + t * H, s->sel_w[s->gidx[j]],
-                          s->gout + j * H, H);
-        }
-    }
-    if (g->shared_ffn == 0)
-        return;
-    host->matmul(host, &L->sh_gate, s->xn, s->big0, T);
-    host->matmul(host, &L->sh_up, s->xn, s->big1, T);
-    loom_cpu_swiglu(s->big0, s->big1, T * g->shared_ffn);
-    host->matmul(host, &L->sh_down, s->big0, s->gout, T);
-    host->matmul(host, &L->sh_gate_w, s->xn, s->shg, T);
-    for (int64_t t = 0; t < T; t++)
-        loom_cpu_axpy(s->proj + t * H, loom_cpu_sigmoid(s->shg[t]),
-                      s->gout + t * H, H);
-}
-
 /* ---------------------------------------------------------------- forward */
 
 /* Copies layer `layer`'s output (the residual stream after it, before the
@@ -461,7 +378,7 @@ loom_status LOOM_ABI q35_forward(loom_model *m, const loom_round *round,
         loom_cpu_add(s->h, s->proj, T * H);
         q35_norm_rows(s->xn, s->h, L->post_norm, T, H, eps);
         if (L->moe)
-            q35_moe(m, L, T);
+            q35_moe_forward(m, L, s->xn, s->proj, T);
         else
             q35_mlp(m, L, T);
         loom_cpu_add(s->h, s->proj, T * H);

@@ -62,7 +62,27 @@ static loom_status q35_layer_types(const loom_cfg *s, q35_geometry *g)
     return LOOM_OK;
 }
 
-static loom_status q35_moe(const loom_cfg *s, q35_geometry *g)
+/* Qwen3.5-MoE (transformers' Qwen3_5MoeTextConfig): every layer is sparse
+ * and the top-k weights are always renormalised; the config has no
+ * intermediate_size, decoder_sparse_step, mlp_only_layers or norm_topk_prob
+ * (transformers drops them), so any such key is ignored. */
+static loom_status q35_moe35(const loom_cfg *s, q35_geometry *g)
+{
+    loom_status st;
+    if ((st = q35_pos_int(s, "num_experts", 0, &g->n_experts)) ||
+        (st = q35_pos_int(s, "num_experts_per_tok", 0, &g->top_k)) ||
+        (st = q35_pos_int(s, "moe_intermediate_size", 0, &g->moe_ffn)) ||
+        (st = q35_pos_int(s, "shared_expert_intermediate_size", 0,
+                          &g->shared_ffn)))
+        return st;
+    g->norm_topk = 1;
+    memset(g->moe_layer, 1, (size_t)g->n_layers);
+    return LOOM_OK;
+}
+
+/* Qwen3-Next: MoE where num_experts > 0, on every decoder_sparse_step-th
+ * layer not in mlp_only_layers. */
+static loom_status q35_moe_next(const loom_cfg *s, q35_geometry *g)
 {
     const loom_host *host = s->host;
     loom_status st = q35_nonneg_int(s, "num_experts", &g->n_experts);
@@ -75,12 +95,6 @@ static loom_status q35_moe(const loom_cfg *s, q35_geometry *g)
                              &g->shared_ffn)) ||
         (st = q35_pos_int(s, "decoder_sparse_step", 1, &step)))
         return st;
-    if (g->top_k > g->n_experts)
-        return loom_err_set(s->err, LOOM_ERR_FORMAT,
-                            "config.json: %snum_experts_per_tok = %lld "
-                            "exceeds num_experts = %lld",
-                            s->prefix, (long long)g->top_k,
-                            (long long)g->n_experts);
     const loom_json *nt = host->json_get(s->obj, "norm_topk_prob");
     g->norm_topk =
         host->json_type(nt) == LOOM_JSON_BOOL ? host->json_bool(nt) : 1;
@@ -97,6 +111,18 @@ static loom_status q35_moe(const loom_cfg *s, q35_geometry *g)
         g->moe_layer[l] = 0;
     }
     return LOOM_OK;
+}
+
+static loom_status q35_moe(const loom_cfg *s, q35_geometry *g)
+{
+    loom_status st = g->qwen35_moe ? q35_moe35(s, g) : q35_moe_next(s, g);
+    if (st == LOOM_OK && g->top_k > g->n_experts)
+        return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                            "config.json: %snum_experts_per_tok = %lld "
+                            "exceeds num_experts = %lld",
+                            s->prefix, (long long)g->top_k,
+                            (long long)g->n_experts);
+    return st;
 }
 
 loom_status q35_geometry_parse(const loom_host *host,
@@ -116,11 +142,16 @@ loom_status q35_geometry_parse(const loom_host *host,
                          (rmt && strcmp(rmt, "qwen3_next") == 0)
                      ? Q35_VARIANT_NEXT
                      : Q35_VARIANT_QWEN35;
+    g->qwen35_moe = (mt && strncmp(mt, "qwen3_5_moe", 11) == 0) ||
+                    (rmt && strncmp(rmt, "qwen3_5_moe", 11) == 0);
 
     loom_status st;
     if ((st = q35_pos_int(&s, "vocab_size", 0, &g->vocab)) ||
         (st = q35_pos_int(&s, "hidden_size", 0, &g->hidden)) ||
-        (st = q35_pos_int(&s, "intermediate_size", 0, &g->ffn)) ||
+        /* Qwen3.5-MoE has no dense MLP, and no intermediate_size */
+        (st = g->qwen35_moe
+                  ? q35_nonneg_int(&s, "intermediate_size", &g->ffn)
+                  : q35_pos_int(&s, "intermediate_size", 0, &g->ffn)) ||
         (st = q35_pos_int(&s, "num_hidden_layers", 0, &g->n_layers)) ||
         (st = q35_pos_int(&s, "num_attention_heads", 0, &g->n_heads)) ||
         (st = q35_pos_int(&s, "num_key_value_heads", 0, &g->n_kv_heads)) ||
@@ -219,7 +250,9 @@ void q35_geometry_report(const q35_geometry *g, const loom_fields *out)
 {
     void *c = out->ctx;
     out->str(c, "variant",
-             g->variant == Q35_VARIANT_NEXT ? "qwen3_next" : "qwen3_5");
+             g->variant == Q35_VARIANT_NEXT ? "qwen3_next"
+             : g->qwen35_moe                ? "qwen3_5_moe"
+                                            : "qwen3_5");
     out->i64(c, "nested_text_config", g->nested);
     out->i64(c, "vocab_size", g->vocab);
     out->i64(c, "hidden_size", g->hidden);
@@ -245,6 +278,11 @@ void q35_geometry_report(const q35_geometry *g, const loom_fields *out)
         out->i64(c, "num_experts_per_tok", g->top_k);
         out->i64(c, "moe_intermediate_size", g->moe_ffn);
         out->i64(c, "shared_expert_intermediate_size", g->shared_ffn);
+        out->i64(c, "norm_topk_prob", g->norm_topk);
+        int64_t n = 0;
+        for (int64_t i = 0; i < g->n_layers; i++)
+            n += g->moe_layer[i];
+        out->i64(c, "moe_layers", n);
     }
     loom_cfg_report_ids(out, "eos_token_ids", g->eos, g->n_eos);
 }

@@ -26,9 +26,11 @@ typedef struct q35_geometry {
     double eps;
     int tied;
     int64_t max_pos;
-    /* MoE (Qwen3-Next): 0 experts means every layer has a dense MLP */
+    /* MoE (Qwen3-Next, Qwen3.5-MoE): 0 experts means every layer has a
+     * dense MLP */
     int64_t n_experts, top_k, moe_ffn, shared_ffn;
     int norm_topk;
+    int qwen35_moe; /* qwen3_5_moe(_text): every layer sparse, renormalised */
     char moe_layer[Q35_MAX_LAYERS]; /* 1: layer i has the MoE block */
     char kinds[Q35_MAX_LAYERS + 1]; /* 'L' linear attention, 'A' attention */
     int32_t n_eos;
@@ -61,6 +63,13 @@ typedef struct q35_expert {
     loom_weight gate, up, down;
 } q35_expert;
 
+typedef enum q35_expert_layout {
+    Q35_EXPERTS_NONE = 0,
+    Q35_EXPERTS_PER_EXPERT = 1, /* mlp.experts.N.{gate,up,down}_proj.weight */
+    Q35_EXPERTS_FUSED = 2       /* mlp.experts.gate_up_proj [E, 2F, H],
+                                 * mlp.experts.down_proj [E, H, F] */
+} q35_expert_layout;
+
 typedef struct q35_layer {
     char kind;                  /* 'L' or 'A' */
     float *in_norm, *post_norm; /* [hidden], effective multipliers */
@@ -79,8 +88,9 @@ typedef struct q35_layer {
     loom_weight gate, up, down;
     /* MoE */
     int moe;
+    q35_expert_layout layout;
     loom_weight router;                             /* [E, hidden] */
-    q35_expert *experts;                            /* [E] */
+    q35_expert *experts;                            /* [E], views when fused */
     loom_weight sh_gate, sh_up, sh_down, sh_gate_w; /* shared expert */
 } q35_layer;
 
@@ -127,6 +137,19 @@ struct loom_cache {
     loom_window win;
 };
 
+/* The MoE block's buffers (moe.c), grown with the other activations. */
+typedef struct q35_moe_scratch {
+    int64_t rows;     /* capacity in rows */
+    float *prob;      /* [R, E] router probabilities */
+    int32_t *sel;     /* [R, top_k] chosen experts */
+    float *sel_w;     /* [R, top_k] their weights */
+    int32_t *start;   /* [E + 1] each expert's first entry in order */
+    int32_t *order;   /* [R * top_k] choices grouped by expert */
+    int32_t *work;    /* [R, E] top-k scratch */
+    float *gx, *gout; /* [R, hidden] gathered rows, expert out */
+    float *shg;       /* [R] shared expert gate logit */
+} q35_moe_scratch;
+
 typedef struct q35_scratch {
     int64_t rows;              /* capacity in rows */
     float *h, *xn, *proj;      /* [R, hidden] */
@@ -135,12 +158,7 @@ typedef struct q35_scratch {
     float *o;                  /* [R, max(value_dim, nh*hd)] */
     float *z, *b, *a;          /* [R, value_dim], [R, Hv], [R, Hv] */
     float *decay, *beta;       /* [R, Hv] */
-    float *moe_prob;           /* [R, E] router probabilities */
-    int32_t *sel_id;           /* [R, top_k] chosen experts */
-    float *sel_w;              /* [R, top_k] their weights */
-    int32_t *gidx;             /* [R] rows routed to one expert */
-    float *gx, *gout;          /* [R, hidden] gathered rows, expert out */
-    float *shg;                /* [R] shared expert gate logit */
+    q35_moe_scratch moe;
     int64_t big;
 } q35_scratch;
 
@@ -190,6 +208,22 @@ float *q35_cache_snap_state(const loom_model *m, loom_cache *c, int l);
 void q35_gdn_step(float *S, const float *q, const float *k, const float *v,
                   float decay, float beta, float *o, int64_t dk, int64_t dv,
                   float *tmp);
+
+/* the MoE block (moe.c) */
+/* Binds layer lp's router, experts (either layout) and shared expert. */
+loom_status q35_moe_bind(const loom_host *host, const loom_checkpoint *ckpt,
+                         const char *prefix, const q35_geometry *g,
+                         const char *lp, q35_layer *L, loom_err *err);
+/* Weight bytes one token reads in an MoE layer: router, shared expert and
+ * top_k experts. */
+uint64_t q35_moe_bytes_per_token(const q35_layer *L, const q35_geometry *g);
+/* Grows s to `rows` rows; on failure s is unchanged. */
+loom_status q35_moe_reserve(q35_moe_scratch *s, const q35_geometry *g,
+                            int64_t rows, loom_err *err);
+void q35_moe_scratch_free(q35_moe_scratch *s);
+/* proj[T, hidden] = the MoE block of xn[T, hidden]; uses big0 and big1. */
+void q35_moe_forward(loom_model *m, const q35_layer *L, const float *xn,
+                     float *proj, int64_t T);
 
 /* the forward (cpu.c) */
 loom_status LOOM_ABI q35_forward(loom_model *m, const loom_round *round,

@@ -182,48 +182,6 @@ static loom_status q35_bind_attn(const q35_binder *b, const q35_geometry *g,
     return q35_vec(b, n, hd, &L->k_norm);
 }
 
-/* A Qwen3-Next MoE block: router, one tensor per expert, shared expert. */
-static loom_status q35_bind_moe(const q35_binder *b, const q35_geometry *g,
-                                const char *lp, q35_layer *L)
-{
-    char n[192];
-    loom_status st;
-    int64_t H = g->hidden, F = g->moe_ffn;
-    L->moe = 1;
-    snprintf(n, sizeof n, "%smlp.gate", lp);
-    if ((st = q35_linear(b, n, g->n_experts, H, &L->router)))
-        return st;
-    L->experts = calloc((size_t)g->n_experts, sizeof *L->experts);
-    if (!L->experts)
-        return loom_err_set(b->err, LOOM_ERR_NOMEM, "qwen35: no memory");
-    for (int64_t e = 0; e < g->n_experts; e++) {
-        q35_expert *x = &L->experts[e];
-        snprintf(n, sizeof n, "%smlp.experts.%lld.gate_proj", lp, (long long)e);
-        if ((st = q35_linear(b, n, F, H, &x->gate)))
-            return st;
-        snprintf(n, sizeof n, "%smlp.experts.%lld.up_proj", lp, (long long)e);
-        if ((st = q35_linear(b, n, F, H, &x->up)))
-            return st;
-        snprintf(n, sizeof n, "%smlp.experts.%lld.down_proj", lp, (long long)e);
-        if ((st = q35_linear(b, n, H, F, &x->down)))
-            return st;
-    }
-    if (g->shared_ffn == 0)
-        return LOOM_OK;
-    int64_t S = g->shared_ffn;
-    snprintf(n, sizeof n, "%smlp.shared_expert.gate_proj", lp);
-    if ((st = q35_linear(b, n, S, H, &L->sh_gate)))
-        return st;
-    snprintf(n, sizeof n, "%smlp.shared_expert.up_proj", lp);
-    if ((st = q35_linear(b, n, S, H, &L->sh_up)))
-        return st;
-    snprintf(n, sizeof n, "%smlp.shared_expert.down_proj", lp);
-    if ((st = q35_linear(b, n, H, S, &L->sh_down)))
-        return st;
-    snprintf(n, sizeof n, "%smlp.shared_expert_gate", lp);
-    return q35_linear(b, n, 1, H, &L->sh_gate_w);
-}
-
 static loom_status q35_bind_mlp(const q35_binder *b, const q35_geometry *g,
                                 int64_t i, const char *lp, q35_layer *L)
 {
@@ -231,7 +189,7 @@ static loom_status q35_bind_mlp(const q35_binder *b, const q35_geometry *g,
     loom_status st;
     int64_t H = g->hidden;
     if (g->moe_layer[i])
-        return q35_bind_moe(b, g, lp, L);
+        return q35_moe_bind(b->host, b->ckpt, b->prefix, g, lp, L, b->err);
     snprintf(n, sizeof n, "%smlp.gate_proj", lp);
     if ((st = q35_linear(b, n, g->ffn, H, &L->gate)))
         return st;
@@ -292,14 +250,23 @@ uint64_t q35_weight_bytes_per_token(q35_weights *w, const q35_geometry *g)
     /* the table gives one row per token unless it is also the head */
     if (!g->tied)
         total -= loom_weight_nbytes(&w->embed);
-    /* a token runs top_k of each MoE layer's experts */
+    /* a token runs the router, the shared expert and top_k experts of each
+     * MoE layer: count those instead of the whole layer */
     for (int64_t i = 0; i < g->n_layers; i++) {
         q35_layer *L = &w->layers[i];
-        for (int64_t e = 0; L->experts && e < g->n_experts; e++)
-            if (e >= g->top_k)
-                total -= loom_weight_nbytes(&L->experts[e].gate) +
-                         loom_weight_nbytes(&L->experts[e].up) +
-                         loom_weight_nbytes(&L->experts[e].down);
+        if (!L->moe)
+            continue;
+        uint64_t all = loom_weight_nbytes(&L->router);
+        for (int64_t e = 0; e < g->n_experts; e++)
+            all += loom_weight_nbytes(&L->experts[e].gate) +
+                   loom_weight_nbytes(&L->experts[e].up) +
+                   loom_weight_nbytes(&L->experts[e].down);
+        if (g->shared_ffn)
+            all += loom_weight_nbytes(&L->sh_gate) +
+                   loom_weight_nbytes(&L->sh_up) +
+                   loom_weight_nbytes(&L->sh_down) +
+                   loom_weight_nbytes(&L->sh_gate_w);
+        total = total - all + q35_moe_bytes_per_token(L, g);
     }
     return total;
 }
