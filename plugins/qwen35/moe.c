@@ -20,6 +20,7 @@ static loom_status q35_moe_linear(const loom_host *host,
 {
     char base[256];
     snprintf(base, sizeof base, "%s%smlp.%s", prefix, lp, name);
+    out->struct_size = sizeof *out;
     return host->weight_find(ckpt, base, rows, cols, out, err);
 }
 
@@ -37,7 +38,7 @@ static loom_status q35_moe_fused(const loom_host *host,
                                  int64_t E, int64_t rows, int64_t cols,
                                  q35_expert *ex, int which, loom_err *err)
 {
-    loom_tensor t;
+    loom_tensor t = {.struct_size = sizeof t};
     loom_status st = host->tensor_find(ckpt, name, &t, err);
     if (st != LOOM_OK)
         return st;
@@ -74,15 +75,22 @@ static loom_status q35_moe_fused(const loom_host *host,
         if (which == 0) {
             /* gate rows first, then up (chunk(2) of the projection) */
             int64_t half = rows / 2;
-            ex[e].gate = (loom_weight){
-                .dtype = t.dtype, .rows = half, .cols = cols, .data = at};
-            ex[e].up = (loom_weight){.dtype = t.dtype,
+            ex[e].gate = (loom_weight){.struct_size = sizeof(loom_weight),
+                                       .dtype = t.dtype,
+                                       .rows = half,
+                                       .cols = cols,
+                                       .data = at};
+            ex[e].up = (loom_weight){.struct_size = sizeof(loom_weight),
+                                     .dtype = t.dtype,
                                      .rows = half,
                                      .cols = cols,
                                      .data = at + slice / 2};
         } else {
-            ex[e].down = (loom_weight){
-                .dtype = t.dtype, .rows = rows, .cols = cols, .data = at};
+            ex[e].down = (loom_weight){.struct_size = sizeof(loom_weight),
+                                       .dtype = t.dtype,
+                                       .rows = rows,
+                                       .cols = cols,
+                                       .data = at};
         }
     }
     return LOOM_OK;
@@ -105,7 +113,7 @@ loom_status q35_moe_bind(const loom_host *host, const loom_checkpoint *ckpt,
     snprintf(gu, sizeof gu, "%s%smlp.experts.gate_up_proj", prefix, lp);
     snprintf(dn, sizeof dn, "%s%smlp.experts.down_proj", prefix, lp);
     size_t cur = 0;
-    loom_tensor probe;
+    loom_tensor probe = {.struct_size = sizeof probe};
     if (host->tensor_next(ckpt, gu, &cur, &probe)) {
         L->layout = Q35_EXPERTS_FUSED;
         if ((st = q35_moe_fused(host, ckpt, gu, E, 2 * F, H, L->experts, 0,

@@ -37,10 +37,9 @@ static void feed(loom_engine *e, loom_cache *c, int32_t pos0,
         int32_t k = n - p < chunk ? n - p : chunk;
         for (int32_t i = 0; i < k; i++)
             rows[i] = (loom_row){c, ids[p + i], pos0 + p + i, -1, flags};
-        loom_round r = {rows, k};
-        loom_output o = {out ? out + (size_t)p * e->info.vocab : NULL, NULL};
         loom_err err = {{0}};
-        loom_status st = e->family->forward(e->model, &r, &o, &err);
+        loom_status st = tm_forward(
+            e, rows, k, out ? out + (size_t)p * e->info.vocab : NULL, &err);
         ck_assert_msg(st == LOOM_OK, "forward: %s", err.msg);
     }
 }
@@ -53,7 +52,7 @@ static float *prompt_logits(const char *dir, const tm_golden *g, int32_t chunk)
     float *lg = malloc((size_t)g->n_prompt * g->vocab * sizeof(float));
     loom_cache *c = tm_new_cache(e);
     feed(e, c, 0, g->prompt, g->n_prompt, chunk, LOOM_ROW_LOGITS, lg);
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     loom_engine_close(e);
     return lg;
 }
@@ -76,7 +75,7 @@ static void check_reference(const char *model, const char *dir)
         ck_assert_msg(r < 1e-4, "%s position %d: relative error %g", dir, t, r);
     }
     tm_check_greedy(dir, e, c, &g, lg + (size_t)(g.n_prompt - 1) * g.vocab);
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     free(lg);
     free(g.logits);
     loom_engine_close(e);
@@ -323,9 +322,9 @@ START_TEST(two_streams)
     float *both = malloc((size_t)(n + m) * V * sizeof(float));
     loom_cache *c = tm_new_cache(e);
     feed(e, c, 0, a, n, n, LOOM_ROW_LOGITS, la);
-    e->family->cache_reset(e->model, c);
+    tm_cache_reset(e, &c);
     feed(e, c, 0, b, m, m, LOOM_ROW_LOGITS, lb);
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     loom_cache *ca = tm_new_cache(e), *cb = tm_new_cache(e);
     loom_row rows[32];
     const float *want[32];
@@ -342,18 +341,15 @@ START_TEST(two_streams)
             ia++;
         }
     }
-    loom_round r = {rows, k};
-    loom_output o = {both, NULL};
     loom_err err = {{0}};
-    ck_assert_msg(e->family->forward(e->model, &r, &o, &err) == LOOM_OK, "%s",
-                  err.msg);
+    ck_assert_msg(tm_forward(e, rows, k, both, &err) == LOOM_OK, "%s", err.msg);
     for (int32_t i = 0; i < k; i++)
         ck_assert_msg(memcmp(both + (size_t)i * V, want[i],
                              (size_t)V * sizeof(float)) == 0,
                       "round row %d: %g", i,
                       rel_err(both + (size_t)i * V, want[i], (size_t)V));
-    e->family->cache_free(e->model, ca);
-    e->family->cache_free(e->model, cb);
+    tm_cache_free(e, ca);
+    tm_cache_free(e, cb);
     free(la);
     free(lb);
     free(both);
@@ -384,14 +380,11 @@ static void check_commit(const char *model, int32_t plain, int32_t k, int32_t j)
         rows[i] = (loom_row){c, win[i], p + i, -1,
                              LOOM_ROW_LOGITS |
                                  (i >= plain ? LOOM_ROW_SPECULATIVE : 0u)};
-    loom_round r = {rows, plain + k};
-    loom_output o = {scratch, NULL};
-    ck_assert_int_eq(e->family->forward(e->model, &r, &o, &err), LOOM_OK);
-    ck_assert_msg(e->family->commit(e->model, c, j, &err) == LOOM_OK, "%s",
-                  err.msg);
+    ck_assert_int_eq(tm_forward(e, rows, plain + k, scratch, &err), LOOM_OK);
+    ck_assert_msg(tm_commit(e, c, j, &err) == LOOM_OK, "%s", err.msg);
     feed(e, c, p + plain + j, &next, 1, 1, LOOM_ROW_LOGITS, l1);
 
-    e->family->cache_reset(e->model, c);
+    tm_cache_reset(e, &c);
     feed(e, c, 0, g.prompt, p, p, 0, NULL);
     for (int32_t i = 0; i < plain + j; i++) /* plain steps, one row each */
         feed(e, c, p + i, win + i, 1, 1, 0, NULL);
@@ -399,7 +392,7 @@ static void check_commit(const char *model, int32_t plain, int32_t k, int32_t j)
     ck_assert_msg(memcmp(l1, l2, (size_t)V * sizeof(float)) == 0,
                   "%s: commit(%d) of %d after %d plain rows differs by %g",
                   model, j, k, plain, rel_err(l1, l2, (size_t)V));
-    e->family->cache_free(e->model, c);
+    tm_cache_free(e, c);
     free(l1);
     free(l2);
     free(scratch);
@@ -488,10 +481,11 @@ START_TEST(describe_and_geometry)
                           file_bytes_per_token(models[i]));
         fields f;
         memset(&f, 0, sizeof f);
-        loom_fields out = {&f, f_i64, f_f64, f_str};
+        loom_fields out = {sizeof out, &f, f_i64, f_f64, f_str};
         loom_err err = {{0}};
-        ck_assert_int_eq(e->family->geometry(&e->hs.host, e->ckpt, &out, &err),
-                         LOOM_OK);
+        ck_assert_int_eq(
+            loom_family_geometry(&e->family, &e->hs.host, e->ckpt, &out, &err),
+            LOOM_OK);
         ck_assert_str_eq(f.variant, "qwen3_5_moe");
         ck_assert_int_eq(f.experts, 8);
         ck_assert_int_eq(f.top_k, 3);
