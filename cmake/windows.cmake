@@ -25,5 +25,21 @@ if(MINGW)
   add_compile_options(-Wno-format)
 endif()
 
+# Every program carries cmake/loom.manifest: UTF-8 as the process code page,
+# so argv, getenv and the CRT's file names are UTF-8 like the rest of loom.
+find_program(LOOM_WINDRES NAMES ${CMAKE_RC_COMPILER} ${LOOM_MINGW_TRIPLE}-windres windres)
+if(LOOM_WINDRES)
+  set(manifest ${CMAKE_CURRENT_LIST_DIR}/loom.manifest)
+  set(res ${CMAKE_BINARY_DIR}/loom-manifest.res.o)
+  file(WRITE ${CMAKE_BINARY_DIR}/loom-manifest.rc "1 24 \"${manifest}\"\n")
+  execute_process(COMMAND ${LOOM_WINDRES} -O coff -i ${CMAKE_BINARY_DIR}/loom-manifest.rc
+    -o ${res} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "windres could not compile ${manifest}")
+  endif()
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${manifest})
+  add_link_options($<$<STREQUAL:$<TARGET_PROPERTY:TYPE>,EXECUTABLE>:${res}>)
+endif()
+
 # What core/src/platform/win32.c calls beyond kernel32.
 set(LOOM_WIN32_LIBS ws2_32 psapi)

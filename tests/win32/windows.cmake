@@ -59,3 +59,10 @@ loom_cli_test(detokenize 0 "^Hello, world!<\\|im_end\\|>"
 loom_cli_test(detokenize_skip_special 0 "^Hello\n" detokenize ${qwen3} 9707,151645 --skip-special)
 loom_cli_test(detokenize_bad_ids nonzero "" detokenize ${qwen3} 1,x)
 loom_cli_test(tokenize_bad_model nonzero "" tokenize ${fx}/none hi)
+
+# A model under a non-ASCII directory name: UTF-8 from the command line
+# (the manifest's code page) through the wide-character file API.
+set(utf8_dir "${CMAKE_BINARY_DIR}/test-tmp/utf8-modèle-模型")
+file(COPY ${fx}/models/qwen35-tiny DESTINATION "${utf8_dir}")
+loom_cli_test(inspect_utf8_path 0 "plugin +qwen35" inspect "${utf8_dir}/qwen35-tiny")
+loom_cli_test(tokenize_utf8_path 0 "^\\[" tokenize "${utf8_dir}/qwen35-tiny" "In the beginning")

@@ -759,9 +759,20 @@ static loom_status tcp_open(const char *host, int port, int passive,
         fd = INVALID_SOCKET;
     }
     freeaddrinfo(res);
-    if (fd == INVALID_SOCKET)
-        return loom_err_set(err, LOOM_ERR_IO, "%s:%d: socket error %d", host,
-                            port, last);
+    if (fd == INVALID_SOCKET) {
+        char why[256];
+        SetLastError((DWORD)last);
+        last_error_text(why, sizeof why);
+        return loom_err_set(err, LOOM_ERR_IO, "%s %s:%d: %s",
+                            passive ? "listen on" : "connect to", host, port,
+                            why);
+    }
+    if (!passive) {
+        /* requests are small writes waiting on answers, as on POSIX */
+        BOOL one = TRUE;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, (const char *)&one,
+                   sizeof one);
+    }
     if (bound_port) {
         struct sockaddr_storage ss;
         int sl = sizeof ss;
