@@ -55,7 +55,7 @@ apt_opts=(-o "Dir::Etc::SourceList=$deps/apt/none.list"
           -o "Dir::Cache=$deps/apt/cache"
           -o "APT::Sandbox::User=root" -qq)
 suites=$(sed -n -E 's/^Suites:[[:space:]]*//p' "$deps/apt/parts/loom-src.sources";
-         awk '{ print $3 }' "$deps/apt/parts/loom-src.list")
+         sed -E 's/\[[^]]*\]//' "$deps/apt/parts/loom-src.list" | awk '{ print $3 }')
 echo "== windows deps: apt-get update (deb-src for: $(echo $suites))"
 apt-get "${apt_opts[@]}" update
 
