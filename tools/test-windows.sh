@@ -47,6 +47,9 @@ export WINEPREFIX=$wdir/wine WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml="
 if [ ! -d "$WINEPREFIX" ]; then
   echo "== windows: wine prefix ($WINEPREFIX)"
   "$wine" wineboot -i >/dev/null 2>&1 || true
+  # wineboot returns while the prefix (profile folders, %TEMP%) is still
+  # being made; tests that start early find no temporary directory
+  "$(dirname "$wine")/wineserver" -w 2>/dev/null || wineserver -w 2>/dev/null || sleep 20
 fi
 
 pass=0 fail=0 skip=0
@@ -123,6 +126,9 @@ for s in "$here"/tests/gpu/test_*.c; do
   skip=$((skip + 1))
   skipped+=("gpu_$(basename "$s" .c): GPU suites need a GPU and its driver, not in Wine")
 done
+
+# this prefix's wineserver goes away before we do
+"$(dirname "$wine")/wineserver" -w 2>/dev/null || true
 
 t_end=$(date +%s)
 echo "== windows: summary"
