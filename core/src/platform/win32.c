@@ -193,6 +193,19 @@ const char *loom_dl_suffix(void)
 
 /* ---------------------------------------------------------------- files */
 
+/* The error of a failed CreateFileW on path: NOT_FOUND when it is absent. */
+static loom_status open_failed(const char *path, loom_err *err)
+{
+    DWORD e = GetLastError();
+    char why[512];
+    last_error_text(why, sizeof why);
+    return loom_err_set(err,
+                        e == ERROR_FILE_NOT_FOUND || e == ERROR_PATH_NOT_FOUND
+                            ? LOOM_ERR_NOT_FOUND
+                            : LOOM_ERR_IO,
+                        "%s: %s", path, why);
+}
+
 struct win_map {
     HANDLE file, mapping;
 };
@@ -207,16 +220,8 @@ loom_status loom_map_file(const char *path, loom_map *map, loom_err *err)
                            OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, NULL);
     free(w);
     char why[512];
-    if (f == INVALID_HANDLE_VALUE) {
-        DWORD e = GetLastError();
-        last_error_text(why, sizeof why);
-        return loom_err_set(err,
-                            e == ERROR_FILE_NOT_FOUND ||
-                                    e == ERROR_PATH_NOT_FOUND
-                                ? LOOM_ERR_NOT_FOUND
-                                : LOOM_ERR_IO,
-                            "%s: %s", path, why);
-    }
+    if (f == INVALID_HANDLE_VALUE)
+        return open_failed(path, err);
     LARGE_INTEGER size;
     if (!GetFileSizeEx(f, &size)) {
         last_error_text(why, sizeof why);
@@ -283,16 +288,8 @@ loom_status loom_read_file(const char *path, char **data, size_t *size,
         NULL, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, NULL);
     free(w);
     char why[512];
-    if (f == INVALID_HANDLE_VALUE) {
-        DWORD e = GetLastError();
-        last_error_text(why, sizeof why);
-        return loom_err_set(err,
-                            e == ERROR_FILE_NOT_FOUND ||
-                                    e == ERROR_PATH_NOT_FOUND
-                                ? LOOM_ERR_NOT_FOUND
-                                : LOOM_ERR_IO,
-                            "%s: %s", path, why);
-    }
+    if (f == INVALID_HANDLE_VALUE)
+        return open_failed(path, err);
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     for (;;) {
