@@ -176,6 +176,9 @@ START_TEST(test_missing_everything)
 {
     clear_env();
     unsetenv("HOME");
+#ifdef _WIN32
+    unsetenv("USERPROFILE"); /* the home directory's other source there */
+#endif
     expect_fail("org/name", LOOM_ERR_NOT_FOUND, "org/name", "unset");
     /* with HOME back, the default cache is named */
     const char *home = temp_dir();

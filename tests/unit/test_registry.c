@@ -82,16 +82,31 @@ START_TEST(good_plugin_loads_bad_ones_are_refused)
 }
 END_TEST
 
+/* cp src dst, without a shell (the suite runs on Windows too) */
+static void copy_file(const char *src, const char *dst)
+{
+    loom_err err;
+    char *data = NULL;
+    size_t n = 0;
+    ck_assert_msg(loom_read_file(src, &data, &n, &err) == LOOM_OK, "%s",
+                  err.msg);
+    FILE *f = fopen(dst, "wb");
+    ck_assert_msg(f != NULL, "cannot write %s", dst);
+    ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+    free(data);
+}
+
 START_TEST(search_order_and_duplicates)
 {
     /* LOOM_PLUGIN_PATH is searched after --plugin-path; the same plugin
      * found twice keeps the first and refuses the second. */
     const char *tmp = temp_dir();
-    char src[1024], dst[1024], cmd[3000];
-    snprintf(src, sizeof src, "%s/libtp_good.so", LOOM_TEST_PLUGIN_DIR);
-    snprintf(dst, sizeof dst, "%s/libtp_good_copy.so", tmp);
-    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", src, dst);
-    ck_assert_int_eq(system(cmd), 0);
+    char src[1024], dst[1024];
+    snprintf(src, sizeof src, "%s/libtp_good%s", LOOM_TEST_PLUGIN_DIR,
+             loom_dl_suffix());
+    snprintf(dst, sizeof dst, "%s/libtp_good_copy%s", tmp, loom_dl_suffix());
+    copy_file(src, dst);
 
     setenv("LOOM_PLUGIN_PATH", tmp, 1);
     loom_registry *reg = load_with(LOOM_TEST_PLUGIN_DIR);

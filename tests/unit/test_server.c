@@ -423,11 +423,16 @@ START_TEST(test_keyring_parse)
     srv_keyring_free(k);
 
     /* group/world readable, missing, empty, label without key */
+#ifndef _WIN32
     write_file(path, "sk-x\n", 0640);
     ck_assert_int_eq(srv_keyring_load(path, &k, &err), LOOM_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "readable by group or others"));
     write_file(path, "sk-x\n", 0604);
     ck_assert_int_eq(srv_keyring_load(path, &k, &err), LOOM_ERR_INVALID);
+#else
+    fprintf(stderr, "test_server: key-file mode check not tested on Windows "
+                    "(NTFS has no mode bits; docs/windows.md)\n");
+#endif
     write_file(path, "# nothing\n\n", 0600);
     ck_assert_int_eq(srv_keyring_load(path, &k, &err), LOOM_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "no API keys"));
@@ -1176,10 +1181,12 @@ START_TEST(test_auth)
     loom_server *srv = NULL;
     loom_err err;
 
-    /* refused at start when others may read it */
+    /* refused at start when others may read it (no mode bits on NTFS) */
+#ifndef _WIN32
     write_file(keys, "alice: sk-alice-1\nsk-bare-2\n", 0644);
     ck_assert_int_ne(loom_server_start(&p, &srv, &err), LOOM_OK);
     ck_assert_ptr_nonnull(strstr(err.msg, "readable by group or others"));
+#endif
     write_file(keys, "", 0600);
     ck_assert_int_ne(loom_server_start(&p, &srv, &err), LOOM_OK);
 
@@ -1233,8 +1240,13 @@ START_TEST(test_auth)
             NULL, &r);
     ck_assert_int_eq(r.status, 200);
     resp_free(&r);
-    /* a bad file on reload keeps the keys in force */
+    /* a bad file on reload keeps the keys in force (on NTFS, where modes
+     * mean nothing, one with no keys) */
+#ifndef _WIN32
     write_file(keys, "dave: sk-dave-4\n", 0644);
+#else
+    write_file(keys, "# dave: sk-dave-4\n", 0600);
+#endif
     ck_assert_int_ne(loom_server_reload_keys(srv, &err), LOOM_OK);
     request(port, "GET", "/v1/models", "Authorization: Bearer sk-carol-3\r\n",
             NULL, &r);

@@ -39,6 +39,23 @@ static void narrow(const wchar_t *w, char *buf, size_t size)
         buf[0] = '\0';
 }
 
+/* The absolute wide form of a UTF-8 path (caller frees), NULL on failure:
+ * LoadLibraryEx searches a DLL's own directory only for absolute paths. */
+static wchar_t *full_path(const char *s)
+{
+    wchar_t *w = widen(s);
+    if (!w)
+        return NULL;
+    DWORD n = GetFullPathNameW(w, 0, NULL, NULL);
+    wchar_t *f = n ? malloc((size_t)n * sizeof *f) : NULL;
+    if (f && GetFullPathNameW(w, n, f, NULL) >= n) {
+        free(f);
+        f = NULL;
+    }
+    free(w);
+    return f;
+}
+
 /* egress: turns GetLastError() into text for a loom_err message */
 static void last_error_text(char *buf, size_t size)
 {
@@ -62,21 +79,85 @@ struct loom_dl {
     HMODULE handle;
 };
 
+/* The first DLL that the file w imports and that is neither beside it nor
+ * in the system's DLL directories, into out ("" when none or unreadable):
+ * LoadLibrary says only "module not found", dlerror names the library. */
+static void missing_import(const wchar_t *w, char *out, size_t size)
+{
+    out[0] = '\0';
+    HMODULE img = LoadLibraryExW(w, NULL, DONT_RESOLVE_DLL_REFERENCES);
+    if (!img)
+        return;
+    const uint8_t *base = (const uint8_t *)img;
+    const IMAGE_DOS_HEADER *dos = (const IMAGE_DOS_HEADER *)base;
+    const IMAGE_NT_HEADERS *nt =
+        (const IMAGE_NT_HEADERS *)(base + dos->e_lfanew);
+    const IMAGE_DATA_DIRECTORY *dir =
+        &nt->OptionalHeader.DataDirectory[IMAGE_DIRECTORY_ENTRY_IMPORT];
+    const IMAGE_IMPORT_DESCRIPTOR *imp =
+        dir->Size
+            ? (const IMAGE_IMPORT_DESCRIPTOR *)(base + dir->VirtualAddress)
+            : NULL;
+    /* the plugin's directory, with a trailing separator */
+    wchar_t here[MAX_PATH * 4];
+    size_t hn = wcslen(w);
+    while (hn && w[hn - 1] != L'\\' && w[hn - 1] != L'/')
+        hn--;
+    if (hn >= sizeof here / sizeof *here)
+        hn = 0;
+    memcpy(here, w, hn * sizeof *here);
+    for (; imp && imp->Name; imp++) {
+        const char *name = (const char *)(base + imp->Name);
+        wchar_t *wn = widen(name);
+        if (!wn)
+            continue;
+        int found = 0;
+        if (hn + wcslen(wn) < sizeof here / sizeof *here) {
+            wcscpy(here + hn, wn);
+            DWORD a = GetFileAttributesW(here);
+            found = a != INVALID_FILE_ATTRIBUTES;
+        }
+        if (!found) {
+            HMODULE dep = LoadLibraryExW(wn, NULL,
+                                         LOAD_LIBRARY_AS_DATAFILE |
+                                             LOAD_LIBRARY_SEARCH_DEFAULT_DIRS);
+            found = dep != NULL;
+            if (dep)
+                FreeLibrary(dep);
+        }
+        free(wn);
+        if (!found) {
+            snprintf(out, size, "%s", name);
+            break;
+        }
+    }
+    FreeLibrary(img);
+}
+
 loom_status loom_dl_open(const char *path, loom_dl **out, loom_err *err)
 {
-    wchar_t *w = widen(path);
+    wchar_t *w = full_path(path);
     if (!w)
         return loom_err_set(err, LOOM_ERR_INVALID, "%s: bad path", path);
     /* look for the plugin's own dependencies beside it */
     HMODULE h = LoadLibraryExW(w, NULL,
                                LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR |
                                    LOAD_LIBRARY_SEARCH_DEFAULT_DIRS);
-    free(w);
     if (!h) {
-        char why[512];
+        DWORD e = GetLastError();
+        char why[512], dep[256] = "";
         last_error_text(why, sizeof why);
+        if (e == ERROR_MOD_NOT_FOUND && loom_file_exists(path))
+            missing_import(w, dep, sizeof dep);
+        free(w);
+        if (dep[0])
+            return loom_err_set(err, LOOM_ERR_IO,
+                                "%s: it needs %s, which is neither beside it "
+                                "nor in the system's DLL directories",
+                                path, dep);
         return loom_err_set(err, LOOM_ERR_IO, "%s: %s", path, why);
     }
+    free(w);
     loom_dl *dl = malloc(sizeof *dl);
     if (!dl) {
         FreeLibrary(h);
@@ -112,6 +193,19 @@ const char *loom_dl_suffix(void)
 
 /* ---------------------------------------------------------------- files */
 
+/* The error of a failed CreateFileW on path: NOT_FOUND when it is absent. */
+static loom_status open_failed(const char *path, loom_err *err)
+{
+    DWORD e = GetLastError();
+    char why[512];
+    last_error_text(why, sizeof why);
+    return loom_err_set(err,
+                        e == ERROR_FILE_NOT_FOUND || e == ERROR_PATH_NOT_FOUND
+                            ? LOOM_ERR_NOT_FOUND
+                            : LOOM_ERR_IO,
+                        "%s: %s", path, why);
+}
+
 struct win_map {
     HANDLE file, mapping;
 };
@@ -126,16 +220,8 @@ loom_status loom_map_file(const char *path, loom_map *map, loom_err *err)
                            OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, NULL);
     free(w);
     char why[512];
-    if (f == INVALID_HANDLE_VALUE) {
-        DWORD e = GetLastError();
-        last_error_text(why, sizeof why);
-        return loom_err_set(err,
-                            e == ERROR_FILE_NOT_FOUND ||
-                                    e == ERROR_PATH_NOT_FOUND
-                                ? LOOM_ERR_NOT_FOUND
-                                : LOOM_ERR_IO,
-                            "%s: %s", path, why);
-    }
+    if (f == INVALID_HANDLE_VALUE)
+        return open_failed(path, err);
     LARGE_INTEGER size;
     if (!GetFileSizeEx(f, &size)) {
         last_error_text(why, sizeof why);
@@ -192,22 +278,53 @@ void loom_unmap(loom_map *map)
 loom_status loom_read_file(const char *path, char **data, size_t *size,
                            loom_err *err)
 {
-    loom_map m;
-    loom_status rc = loom_map_file(path, &m, err);
-    if (rc != LOOM_OK)
-        return rc;
-    char *buf = malloc((size_t)m.size + 1);
-    if (!buf) {
-        loom_unmap(&m);
-        return loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory", path);
+    wchar_t *w = widen(path);
+    if (!w)
+        return loom_err_set(err, LOOM_ERR_INVALID, "%s: bad path", path);
+    /* shared for writing too: a request log is read while the server
+     * appends to it, as POSIX allows */
+    HANDLE f = CreateFileW(
+        w, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+        NULL, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, NULL);
+    free(w);
+    char why[512];
+    if (f == INVALID_HANDLE_VALUE)
+        return open_failed(path, err);
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (buf && n + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+            } else {
+                buf = nb;
+                cap *= 2;
+            }
+        }
+        if (!buf) {
+            CloseHandle(f);
+            return loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory", path);
+        }
+        size_t want = cap - n - 1;
+        DWORD got = 0;
+        if (!ReadFile(f, buf + n, want > 1u << 30 ? 1u << 30 : (DWORD)want,
+                      &got, NULL)) {
+            last_error_text(why, sizeof why);
+            free(buf);
+            CloseHandle(f);
+            return loom_err_set(err, LOOM_ERR_IO, "%s: %s", path, why);
+        }
+        if (got == 0)
+            break;
+        n += got;
     }
-    if (m.size)
-        memcpy(buf, m.data, (size_t)m.size);
-    buf[m.size] = '\0';
-    if (size)
-        *size = (size_t)m.size;
+    CloseHandle(f);
+    buf[n] = '\0';
     *data = buf;
-    loom_unmap(&m);
+    if (size)
+        *size = n;
     return LOOM_OK;
 }
 
@@ -235,8 +352,9 @@ int loom_dir_exists(const char *path)
 
 int loom_file_is_shared(const char *path)
 {
-    /* Windows guards files with ACLs, not mode bits; a file in the user's
-     * profile is private by default. */
+    /* NTFS guards files with ACLs, not mode bits, so there is nothing to
+     * check: a file under the user's profile is private by default, and the
+     * key file's mode check is skipped (docs/windows.md). */
     (void)path;
     return 0;
 }
@@ -337,10 +455,13 @@ const char *loom_getenv(const char *name)
 
 uint64_t loom_now_ns(void)
 {
+    /* whole seconds and the remainder apart, so the product cannot overflow
+     * and no tick is lost to rounding */
     LARGE_INTEGER f, c;
     QueryPerformanceFrequency(&f);
     QueryPerformanceCounter(&c);
-    return (uint64_t)((double)c.QuadPart * 1e9 / (double)f.QuadPart);
+    uint64_t hz = (uint64_t)f.QuadPart, t = (uint64_t)c.QuadPart;
+    return t / hz * 1000000000ull + t % hz * 1000000000ull / hz;
 }
 
 double loom_wall_time(void)
@@ -477,6 +598,9 @@ int loom_cpu_count(void)
 
 struct loom_file {
     HANDLE h;
+    /* one append at a time through this handle: the handle's file position
+     * is shared by its threads, and Wine moves it without a lock */
+    SRWLOCK lock;
 };
 
 loom_status loom_append_open(const char *path, loom_file **out, loom_err *err)
@@ -484,10 +608,12 @@ loom_status loom_append_open(const char *path, loom_file **out, loom_err *err)
     wchar_t *w = widen(path);
     if (!w)
         return loom_err_set(err, LOOM_ERR_INVALID, "%s: bad path", path);
-    /* FILE_APPEND_DATA alone: every write lands at the end of the file,
-     * atomically with respect to other appenders. */
+    /* FILE_APPEND_DATA without FILE_WRITE_DATA: the system puts every write
+     * at the end of the file, like O_APPEND, whatever other handles (other
+     * processes) wrote meanwhile. */
     HANDLE h =
-        CreateFileW(w, FILE_APPEND_DATA, FILE_SHARE_READ | FILE_SHARE_WRITE,
+        CreateFileW(w, FILE_APPEND_DATA | SYNCHRONIZE,
+                    FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
                     NULL, OPEN_ALWAYS, FILE_ATTRIBUTE_NORMAL, NULL);
     free(w);
     if (h == INVALID_HANDLE_VALUE) {
@@ -501,6 +627,7 @@ loom_status loom_append_open(const char *path, loom_file **out, loom_err *err)
         return loom_err_set(err, LOOM_ERR_NOMEM, "%s: out of memory", path);
     }
     f->h = h;
+    InitializeSRWLock(&f->lock);
     *out = f;
     return LOOM_OK;
 }
@@ -508,17 +635,29 @@ loom_status loom_append_open(const char *path, loom_file **out, loom_err *err)
 loom_status loom_append_write(loom_file *f, const void *buf, size_t n,
                               loom_err *err)
 {
-    DWORD w = 0;
     if (n > 0xffffffffu)
         return loom_err_set(err, LOOM_ERR_RANGE, "append: %llu bytes",
                             (unsigned long long)n);
-    if (!WriteFile(f->h, buf, (DWORD)n, &w, NULL)) {
-        char why[256];
+    /* One WriteFile at the end of the file (offset 0xFFFFFFFF:FFFFFFFF), as
+     * POSIX O_APPEND does; a short write is reported, not completed by a
+     * second call that could land after another writer's line. */
+    OVERLAPPED at_end;
+    memset(&at_end, 0, sizeof at_end);
+    at_end.Offset = 0xffffffffu;
+    at_end.OffsetHigh = 0xffffffffu;
+    DWORD w = 0;
+    AcquireSRWLockExclusive(&f->lock);
+    BOOL ok = WriteFile(f->h, buf, (DWORD)n, &w, &at_end);
+    char why[256];
+    if (!ok)
         last_error_text(why, sizeof why);
+    ReleaseSRWLockExclusive(&f->lock);
+    if (!ok)
         return loom_err_set(err, LOOM_ERR_IO, "append: %s", why);
-    }
     if (w != n)
-        return loom_err_set(err, LOOM_ERR_IO, "append: short write");
+        return loom_err_set(err, LOOM_ERR_IO,
+                            "append: short write (%lu of %llu)",
+                            (unsigned long)w, (unsigned long long)n);
     return LOOM_OK;
 }
 
@@ -617,9 +756,20 @@ static loom_status tcp_open(const char *host, int port, int passive,
         fd = INVALID_SOCKET;
     }
     freeaddrinfo(res);
-    if (fd == INVALID_SOCKET)
-        return loom_err_set(err, LOOM_ERR_IO, "%s:%d: socket error %d", host,
-                            port, last);
+    if (fd == INVALID_SOCKET) {
+        char why[256];
+        SetLastError((DWORD)last);
+        last_error_text(why, sizeof why);
+        return loom_err_set(err, LOOM_ERR_IO, "%s %s:%d: %s",
+                            passive ? "listen on" : "connect to", host, port,
+                            why);
+    }
+    if (!passive) {
+        /* requests are small writes waiting on answers, as on POSIX */
+        BOOL one = TRUE;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, (const char *)&one,
+                   sizeof one);
+    }
     if (bound_port) {
         struct sockaddr_storage ss;
         int sl = sizeof ss;
