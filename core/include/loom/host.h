@@ -19,6 +19,7 @@ typedef struct loom_host_state {
     loom_host host; /* first: plugins get &state->host */
     loom_pool *pool;
     _Atomic int64_t accounted_bytes;
+    const struct loom_cuda *cuda; /* the engine's device, NULL on the CPU */
 } loom_host_state;
 
 void loom_host_init(loom_host_state *state, loom_pool *pool);

@@ -1,8 +1,31 @@
 /* Opens a model end to end: plugins, checkpoint, family selection, weights. */
 #include <loom/engine.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* --device: the GPU when asked for or when auto finds one, else the CPU
+ * with the reason kept (and logged at info). */
+static loom_status device_open(const loom_engine_params *p, loom_engine *e,
+                               loom_err *err)
+{
+    if (p->device == LOOM_DEVICE_CPU) {
+        snprintf(e->device_why, sizeof e->device_why, "--device cpu");
+        return LOOM_OK;
+    }
+    loom_err cerr;
+    loom_status st = loom_cuda_open(p->gpu_memory, &e->cuda, &cerr);
+    if (st == LOOM_OK) {
+        e->hs.cuda = loom_cuda_table(e->cuda);
+        return LOOM_OK;
+    }
+    if (p->device == LOOM_DEVICE_CUDA)
+        return loom_err_set(err, st, "--device cuda: %s", cerr.msg);
+    memcpy(e->device_why, cerr.msg, sizeof e->device_why);
+    loom_log(LOOM_LOG_INFO, "device: cpu (%s)", cerr.msg);
+    return LOOM_OK;
+}
 
 loom_status loom_engine_open(const loom_engine_params *params,
                              loom_engine **out, loom_err *err)
@@ -14,6 +37,9 @@ loom_status loom_engine_open(const loom_engine_params *params,
     if (rc != LOOM_OK)
         goto fail;
     loom_host_init(&e->hs, e->pool);
+    rc = device_open(params, e, err);
+    if (rc != LOOM_OK)
+        goto fail;
     rc = loom_registry_load(params->plugin_dirs, params->n_plugin_dirs,
                             &e->hs.host, &e->registry, err);
     if (rc != LOOM_OK)
@@ -45,7 +71,9 @@ loom_status loom_engine_open(const loom_engine_params *params,
     loom_model_options opt;
     memset(&opt, 0, sizeof opt);
     opt.struct_size = sizeof opt;
-    opt.device = params->device;
+    /* auto with no device left is the CPU; with one, the plugin chooses */
+    opt.device = e->cuda || params->device == LOOM_DEVICE_CPU ? params->device
+                                                              : LOOM_DEVICE_CPU;
     opt.max_context = params->max_context;
     opt.max_rows = params->max_rows > 0 ? params->max_rows : 512;
     rc = e->family->open(&e->hs.host, e->ckpt, &opt, &e->model, err);
@@ -74,6 +102,8 @@ void loom_engine_close(loom_engine *e)
         e->family->close(e->model);
     loom_checkpoint_close(e->ckpt);
     loom_registry_free(e->registry);
+    /* after every plugin object: the stream, then the context */
+    loom_cuda_close(e->cuda);
     loom_pool_free(e->pool);
     free(e);
 }

@@ -181,10 +181,9 @@ static void LOOM_ABI h_account(const loom_host *h, const char *what,
     atomic_fetch_add(&state_of(h)->accounted_bytes, delta);
 }
 
-static const void *LOOM_ABI h_cuda(const loom_host *h)
+static const struct loom_cuda *LOOM_ABI h_cuda(const loom_host *h)
 {
-    (void)h;
-    return NULL;
+    return state_of(h)->cuda;
 }
 
 void loom_host_init(loom_host_state *s, loom_pool *pool)

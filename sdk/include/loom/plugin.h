@@ -269,6 +269,8 @@ typedef struct loom_fields {
     void(LOOM_ABI *str)(void *ctx, const char *key, const char *value);
 } loom_fields;
 
+struct loom_cuda; /* loom/cuda.h */
+
 /* The services the core gives a plugin. Owned by the host; valid from the
  * plugin's first call until the plugin is unloaded. All [any-thread]. */
 typedef struct loom_host {
@@ -337,9 +339,9 @@ typedef struct loom_host {
     void(LOOM_ABI *account)(const struct loom_host *host, const char *what,
                             int64_t delta_bytes);
 
-    /* The CUDA driver table (loom.cuda/1) when a driver was found, else
-     * NULL. Its layout is in a later minor version of this header. */
-    const void *(LOOM_ABI *cuda)(const struct loom_host *host);
+    /* The CUDA device table (loom.cuda/1, layout in loom/cuda.h) when the
+     * engine opened a device, else NULL (the CPU path). */
+    const struct loom_cuda *(LOOM_ABI *cuda)(const struct loom_host *host);
 } loom_host;
 
 /* ---------------------------------------------------------------- rounds */
