@@ -1,6 +1,6 @@
 /* The Qwen3.5 model's lifetime: open (geometry, weights, RoPE table, replay
  * log layout), close, and describe. */
-#include "qwen35.h"
+#include "gpu.h"
 
 #include <stdlib.h>
 
@@ -8,6 +8,7 @@ void LOOM_ABI q35_close(loom_model *m)
 {
     if (!m)
         return;
+    q35_gpu_close(m);
     q35_weights_free(&m->w);
     q35_scratch_free(&m->s);
     free(m->slot);
@@ -31,12 +32,6 @@ loom_status LOOM_ABI q35_open(const loom_host *host,
     loom_status st = q35_geometry_parse(host, ckpt, &m->g, err);
     if (st != LOOM_OK)
         goto fail;
-    if (opt && opt->device == LOOM_DEVICE_CUDA) {
-        st = loom_err_set(err, LOOM_ERR_UNSUPPORTED,
-                          "qwen35: the CUDA path is not built; use the CPU "
-                          "device");
-        goto fail;
-    }
     if (opt && opt->n_taps > 0) {
         if (!opt->taps) {
             st = loom_err_set(err, LOOM_ERR_INVALID,
@@ -83,6 +78,18 @@ loom_status LOOM_ABI q35_open(const loom_host *host,
     m->max_rows = opt && opt->max_rows > 0 ? opt->max_rows : 512;
     m->max_context =
         opt && opt->max_context > 0 ? opt->max_context : g->max_pos;
+    /* cuda when asked for, or on auto when the engine opened a device */
+    int on_cuda =
+        opt &&
+        (opt->device == LOOM_DEVICE_CUDA ||
+         (opt->device == LOOM_DEVICE_AUTO && host->cuda && host->cuda(host)));
+    if (on_cuda && (st = q35_gpu_open(m, opt, err)) != LOOM_OK) {
+        if (opt->device == LOOM_DEVICE_CUDA || st != LOOM_ERR_UNSUPPORTED)
+            goto fail;
+        host->log(host, LOOM_LOG_INFO, "%s; running on the CPU",
+                  err ? err->msg : "no cuda");
+        st = LOOM_OK;
+    }
     *out = m;
     return LOOM_OK;
 fail:
@@ -106,7 +113,7 @@ void LOOM_ABI q35_describe(const loom_model *m, loom_model_info *info)
     info->cache_bytes_per_token = q35_cache_token_bytes(m);
     info->max_rows = m->max_rows;
     info->caps = LOOM_CAP_WINDOWS | LOOM_CAP_TAPS;
-    info->device = LOOM_DEVICE_CPU;
+    info->device = m->gpu ? LOOM_DEVICE_CUDA : LOOM_DEVICE_CPU;
     info->compute_dtype = LOOM_DTYPE_F32;
     info->weight_bytes_per_token =
         q35_weight_bytes_per_token((q35_weights *)&m->w, &m->g);

@@ -126,6 +126,7 @@ struct loom_cache {
     float *snap_state;  /* copy of state at spec_start */
     float *log;         /* [log_cap][n_lin][layout.size] */
     int32_t log_cap;
+    struct q35_gpu_cache *gpu; /* the device state (gpu_cache.c), or NULL */
 };
 
 /* One stream's part of a round. */
@@ -173,6 +174,7 @@ struct loom_model {
     struct q35_stream *streams; /* distinct caches of the round */
     int32_t *stream_rows;       /* rows grouped by stream, in order */
     int32_t streams_cap;
+    struct q35_gpu *gpu; /* the CUDA path (gpu.c), or NULL on the CPU */
 };
 
 /* stream cache (cache.c); the LOOM_ABI functions fill the family vtable */

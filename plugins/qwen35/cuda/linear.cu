@@ -1,0 +1,111 @@
+// Linear layers on decode rows: y[t, r] = W[r, :] . x[t, :] with W BF16 (or
+// F16/F32) and x, y float32. One warp per output row r, one launch tile of
+// up to 8 token rows sharing each weight load.
+//
+// Rounding and order: weights are exact in float32 after the load; each
+// lane accumulates its own columns (c = lane*8 + 256*i, then the 8 of each
+// group in order) with fmaf in float32, and the 32 lane sums are added by a
+// fixed butterfly. A row's sum therefore depends on W[r] and x[t] alone, not
+// on how many rows the launch or its tile carries: a window's rows are bit
+// for bit the one-row steps, whatever else shares the round.
+#include "common.cuh"
+
+#define Q35_TILE 8
+
+// mode: 0 y = s; 1 y += s (a residual add); 2 y = silu(s) * s2 (SwiGLU,
+// s2 from w2). sel (MoE): the block's one row (tile 1) uses expert
+// sel[t * sel_stride] of w, w2, whose experts lie `estride` elements apart.
+template <typename W>
+__device__ void q35_linear_body(const W *w, const W *w2, const float *x,
+                                int ldx, float *y, int ldy, int rows,
+                                int cols, int T, int tile, int mode,
+                                const int *sel, int sel_stride,
+                                int64_t estride)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (r >= rows)
+        return; // no block-wide synchronisation below
+    int t0 = blockIdx.y * tile;
+    int nt = min(tile, T - t0);
+    if (nt <= 0)
+        return;
+    int64_t off = (int64_t)r * cols;
+    if (sel)
+        off += (int64_t)sel[(int64_t)t0 * sel_stride] * estride;
+    const W *wr = w + off;
+    const W *wr2 = mode == 2 ? w2 + off : nullptr;
+    float acc[Q35_TILE], acc2[Q35_TILE];
+#pragma unroll
+    for (int k = 0; k < Q35_TILE; k++)
+        acc[k] = acc2[k] = 0.0f;
+    bool vec = (cols & 7) == 0 && (ldx & 3) == 0;
+    if (vec) {
+        for (int c = lane * 8; c < cols; c += 256) {
+            float wv[8], wv2[8];
+            q35_ld8(wr + c, wv);
+            if (wr2)
+                q35_ld8(wr2 + c, wv2);
+#pragma unroll
+            for (int k = 0; k < Q35_TILE; k++) {
+                if (k < nt) {
+                    const float *xr = x + (int64_t)(t0 + k) * ldx + c;
+                    float4 a = *reinterpret_cast<const float4 *>(xr);
+                    float4 b = *reinterpret_cast<const float4 *>(xr + 4);
+                    float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        acc[k] = fmaf(wv[i], xv[i], acc[k]);
+                    if (wr2) {
+#pragma unroll
+                        for (int i = 0; i < 8; i++)
+                            acc2[k] = fmaf(wv2[i], xv[i], acc2[k]);
+                    }
+                }
+            }
+        }
+    } else {
+        for (int c = lane; c < cols; c += 32) {
+            float wv = q35_ld(wr, c);
+            float wv2 = wr2 ? q35_ld(wr2, c) : 0.0f;
+#pragma unroll
+            for (int k = 0; k < Q35_TILE; k++) {
+                if (k < nt) {
+                    float xv = x[(int64_t)(t0 + k) * ldx + c];
+                    acc[k] = fmaf(wv, xv, acc[k]);
+                    acc2[k] = fmaf(wv2, xv, acc2[k]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < Q35_TILE; k++) {
+        if (k < nt) {
+            float s = q35_warp_sum(acc[k]);
+            float s2 = q35_warp_sum(acc2[k]);
+            if (lane == 0) {
+                float *o = y + (int64_t)(t0 + k) * ldy + r;
+                if (mode == 0)
+                    *o = s;
+                else if (mode == 1)
+                    *o = __fadd_rn(*o, s);
+                else
+                    *o = __fmul_rn(q35_silu(s), s2);
+            }
+        }
+    }
+}
+
+#define Q35_LINEAR(name, W)                                                    \
+    extern "C" __global__ void name(                                           \
+        const W *w, const W *w2, const float *x, int ldx, float *y, int ldy,  \
+        int rows, int cols, int T, int tile, int mode, const int *sel,         \
+        int sel_stride, long long estride)                                     \
+    {                                                                          \
+        q35_linear_body(w, w2, x, ldx, y, ldy, rows, cols, T, tile, mode, sel, \
+                        sel_stride, (int64_t)estride);                         \
+    }
+
+Q35_LINEAR(q35_linear_bf16, uint16_t)
+Q35_LINEAR(q35_linear_f16, __half)
+Q35_LINEAR(q35_linear_f32, float)

@@ -1,0 +1,113 @@
+/* The CUDA path of the Qwen3.5 / Qwen3-Next family: weights uploaded once at
+ * open, per-stream device caches, and the forward as launches of the
+ * kernels in cuda/ (.cu files) on the host's stream (loom.cuda/1). Plain C: the
+ * kernels come from the fatbin embedded in the plugin. */
+#ifndef QWEN35_GPU_H
+#define QWEN35_GPU_H
+
+#include <loom/cuda.h>
+
+#include "gpu_kernels.h"
+#include "qwen35.h"
+
+/* A linear weight on the device: [rows, cols] of dtype, or for experts
+ * `n` of them, `rows * cols` elements apart. */
+typedef struct q35_gpu_lin {
+    loom_cu_ptr p;
+    loom_dtype dtype;
+    int32_t rows, cols;
+} q35_gpu_lin;
+
+typedef struct q35_gpu_layer {
+    q35_gpu_lin q, k, v, o;                      /* attention */
+    q35_gpu_lin qkv, z, b, a, qkvz, ba, out;     /* Gated DeltaNet */
+    q35_gpu_lin gate, up, down;                  /* dense MLP */
+    q35_gpu_lin router, ex_gate, ex_up, ex_down; /* MoE, experts contiguous */
+    q35_gpu_lin sh_gate, sh_up, sh_down, sh_gate_w;
+    loom_cu_ptr in_norm, post_norm, q_norm, k_norm; /* float multipliers */
+    loom_cu_ptr conv_w, neg_a, dt_bias, gnorm;
+} q35_gpu_layer;
+
+/* The kernels, by name in the fatbin. */
+typedef struct q35_gpu_fns {
+    loom_cu_function embed[3]; /* by weight dtype: bf16, f16, f32 */
+    loom_cu_function linear[3];
+    loom_cu_function rmsnorm, conv, conv_restore, gdn_prep;
+    loom_cu_function gdn_rec[5], gdn_replay[5]; /* dk <= 16, 32, ... 256 */
+    loom_cu_function attn_prep, attention;
+    loom_cu_function gather, add, next_split, moe_route, moe_axpy;
+} q35_gpu_fns;
+
+/* Device activations for max_rows rows. */
+typedef struct q35_gpu_scratch {
+    loom_cu_ptr block; /* everything below, one allocation */
+    uint64_t bytes;
+    loom_cu_ptr h, xn, big0, big1, big2, conv_out, o, z, b, a, decay, beta;
+    loom_cu_ptr prob, sel, wsel, gout, proj, shg;
+    loom_cu_ptr rows, streams, maps;
+    loom_cu_ptr logits, taps; /* grown on demand */
+    uint64_t logits_bytes, taps_bytes;
+} q35_gpu_scratch;
+
+typedef struct q35_gpu {
+    const loom_cuda *cu;
+    loom_cu_module module;
+    q35_gpu_fns fn;
+    loom_cu_ptr weights; /* one allocation holding every weight */
+    uint64_t weights_bytes;
+    q35_gpu_lin embed, lm_head;
+    loom_cu_ptr norm, inv_freq;
+    q35_gpu_layer *layers;
+    int gdn_variant; /* index into fn.gdn_rec for lin_dk */
+    int64_t big;     /* widest projection output, floats */
+    q35_gpu_scratch s;
+    q35_gpu_log lay; /* the replay log's layout */
+    /* per-round host tables */
+    q35_stream *streams;
+    int32_t *stream_rows, *dev_of, *maps;
+    q35_gpu_row *rows;
+    q35_gpu_stream *dstreams;
+} q35_gpu;
+
+/* A stream's device state (the `gpu` member of its loom_cache). */
+typedef struct q35_gpu_cache {
+    loom_cu_ptr fixed; /* conv, state, snap_conv, snap_state */
+    uint64_t fixed_bytes;
+    loom_cu_ptr kv; /* [n_attn][2][kv_cap][n_kv * head_dim] */
+    int64_t kv_cap;
+    loom_cu_ptr log; /* [log_cap][n_lin][log size] */
+    int32_t log_cap;
+} q35_gpu_cache;
+
+/* gpu.c: the model's device half */
+loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
+                         loom_err *err);
+void q35_gpu_close(loom_model *m);
+/* Checks a launch's result; every launch goes through it. */
+loom_status q35_gpu_launch(const q35_gpu *g, loom_cu_function f, unsigned gx,
+                           unsigned gy, unsigned bx, unsigned smem, void **args,
+                           const char *what, loom_err *err);
+/* A driver call's result as a loom_status naming `what`. */
+loom_status q35_gpu_check(const q35_gpu *g, loom_cu_result r, const char *what,
+                          loom_err *err);
+
+/* gpu_cache.c */
+loom_status q35_gpu_cache_new(loom_model *m, loom_cache **out, loom_err *err);
+void q35_gpu_cache_reset(loom_model *m, loom_cache *c);
+void q35_gpu_cache_free(loom_model *m, loom_cache *c);
+loom_status q35_gpu_commit(loom_model *m, loom_cache *c, int32_t kept,
+                           loom_err *err);
+/* Room for n_new more positions and the window's log rows (keeps the
+ * contents); changes nothing a forward reads when it fails. */
+loom_status q35_gpu_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
+                                  int32_t n_spec, int first_is_spec,
+                                  loom_err *err);
+/* The device addresses of cache c, for the round's stream table. */
+void q35_gpu_cache_view(const loom_model *m, const loom_cache *c,
+                        q35_gpu_stream *out);
+
+/* gpu_forward.c */
+loom_status q35_gpu_forward(loom_model *m, const loom_round *round,
+                            const loom_output *out, loom_err *err);
+
+#endif
