@@ -660,6 +660,89 @@ START_TEST(qwen3_next_moe)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- affine */
+
+/* qwen35-tiny with one MLP projection MLX affine-4 quantized (zeros: the
+ * values do not matter): --device cuda refuses it naming the format, auto
+ * runs it on the CPU. */
+START_TEST(affine_refused)
+{
+    const char *t = "models/qwen35-tiny";
+    loom_st *st = NULL;
+    loom_err err = {{0}};
+    ck_assert_int_eq(loom_st_open_dir(fixture(t), &st, &err), LOOM_OK);
+    int n = (int)loom_st_count(st), m = 0;
+    st_entry *out = calloc((size_t)n + 2, sizeof *out);
+    const char *q = "model.layers.0.mlp.gate_proj";
+    for (int i = 0; i < n; i++) {
+        const loom_tensor *x = loom_st_at(st, (size_t)i);
+        st_entry *e = &out[m++];
+        snprintf(e->name, sizeof e->name, "%s", x->name);
+        snprintf(e->dtype, sizeof e->dtype, "%s", loom_dtype_name(x->dtype));
+        e->ndim = x->ndim;
+        for (int d = 0; d < x->ndim; d++)
+            e->shape[d] = x->shape[d];
+        e->data = x->data;
+        e->nbytes = x->nbytes;
+        if (strncmp(x->name, q, strlen(q)) != 0)
+            continue;
+        /* [rows, 64] BF16 -> U32 [rows, 8] + BF16 scales, biases [rows, 1] */
+        int64_t rows = x->shape[0];
+        ck_assert_int_eq(x->shape[1], 64);
+        snprintf(e->dtype, sizeof e->dtype, "U32");
+        e->shape[1] = 8;
+        e->nbytes = (uint64_t)rows * 32;
+        e->data = e->owned = calloc((size_t)rows, 32);
+        const char *sfx[2] = {"scales", "biases"};
+        for (int k = 0; k < 2; k++) {
+            st_entry *b = &out[m++];
+            snprintf(b->name, sizeof b->name, "%s.%s", q, sfx[k]);
+            snprintf(b->dtype, sizeof b->dtype, "BF16");
+            b->ndim = 2;
+            b->shape[0] = rows;
+            b->shape[1] = 1;
+            b->nbytes = (uint64_t)rows * 2;
+            b->data = b->owned = calloc((size_t)rows, 2);
+        }
+    }
+    const char *dir = temp_dir();
+    char path[1024], src[1024];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    st_write(path, out, m);
+    for (int i = 0; i < m; i++)
+        free(out[i].owned);
+    free(out);
+    loom_st_close(st);
+    snprintf(src, sizeof src, "%s/config.json", fixture(t));
+    json_error_t je;
+    json_t *cfg = json_load_file(src, 0, &je);
+    ck_assert_ptr_nonnull(cfg);
+    json_object_set_new(cfg, "quantization",
+                        json_pack("{s:i, s:i}", "group_size", 64, "bits", 4));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    ck_assert_int_eq(json_dump_file(cfg, path, JSON_INDENT(1)), 0);
+    json_decref(cfg);
+
+    static const char *const dirs[] = {LOOM_PLUGIN_DIR};
+    loom_engine_params p;
+    memset(&p, 0, sizeof p);
+    p.model = dir;
+    p.plugin_dirs = dirs;
+    p.n_plugin_dirs = 1;
+    p.device = LOOM_DEVICE_CUDA;
+    p.n_threads = 2;
+    loom_engine *e = NULL;
+    ck_assert_int_eq(loom_engine_open(&p, &e, &err), LOOM_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "affine-4 weights are not supported on "
+                                  "cuda yet") != NULL,
+                  "%s", err.msg);
+    p.device = LOOM_DEVICE_AUTO;
+    ck_assert_int_eq(loom_engine_open(&p, &e, &err), LOOM_OK);
+    ck_assert_int_eq(e->info.device, LOOM_DEVICE_CPU);
+    loom_engine_close(e);
+}
+END_TEST
+
 int main(void)
 {
     loom_cuda_facts facts;
@@ -681,6 +764,14 @@ int main(void)
     tcase_add_test(tc, windows_and_commit);
     tcase_add_test(tc, rounds_do_not_mix);
     tcase_add_test(tc, close_releases);
+    tcase_add_test(tc, affine_refused);
     suite_add_tcase(s, tc);
-    return run_suite(s);
+    /* the probe initialised the driver in this process: a forked child
+     * could not use it, so the tests run in this process */
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

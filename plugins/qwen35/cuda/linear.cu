@@ -12,6 +12,32 @@
 
 #define Q35_TILE 8
 
+// One lane's 8 columns from c, for each token of the tile, in order.
+__device__ __forceinline__ void q35_linear_chunk(const float *x, int ldx,
+                                                 int t0, int nt, int c,
+                                                 const float *wv,
+                                                 const float *wv2, bool two,
+                                                 float *acc, float *acc2)
+{
+#pragma unroll
+    for (int k = 0; k < Q35_TILE; k++) {
+        if (k < nt) {
+            const float *xr = x + (int64_t)(t0 + k) * ldx + c;
+            float4 a = *reinterpret_cast<const float4 *>(xr);
+            float4 b = *reinterpret_cast<const float4 *>(xr + 4);
+            float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                acc[k] = fmaf(wv[i], xv[i], acc[k]);
+            if (two) {
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    acc2[k] = fmaf(wv2[i], xv[i], acc2[k]);
+            }
+        }
+    }
+}
+
 // mode: 0 y = s; 1 y += s (a residual add); 2 y = silu(s) * s2 (SwiGLU,
 // s2 from w2). sel (MoE): the block's one row (tile 1) uses expert
 // sel[t * sel_stride] of w, w2, whose experts lie `estride` elements apart.
@@ -41,28 +67,29 @@ __device__ void q35_linear_body(const W *w, const W *w2, const float *x,
         acc[k] = acc2[k] = 0.0f;
     bool vec = (cols & 7) == 0 && (ldx & 3) == 0;
     if (vec) {
-        for (int c = lane * 8; c < cols; c += 256) {
+        int c = lane * 8;
+        // four 256-column chunks per step: their loads are in flight
+        // together, the sums still take the chunks in column order
+        for (; c + 3 * 256 < cols; c += 4 * 256) {
+            float wv[4][8], wv2[4][8];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                q35_ld8(wr + c + u * 256, wv[u]);
+                if (wr2)
+                    q35_ld8(wr2 + c + u * 256, wv2[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                q35_linear_chunk(x, ldx, t0, nt, c + u * 256, wv[u], wv2[u],
+                                 wr2 != nullptr, acc, acc2);
+        }
+        for (; c < cols; c += 256) {
             float wv[8], wv2[8];
             q35_ld8(wr + c, wv);
             if (wr2)
                 q35_ld8(wr2 + c, wv2);
-#pragma unroll
-            for (int k = 0; k < Q35_TILE; k++) {
-                if (k < nt) {
-                    const float *xr = x + (int64_t)(t0 + k) * ldx + c;
-                    float4 a = *reinterpret_cast<const float4 *>(xr);
-                    float4 b = *reinterpret_cast<const float4 *>(xr + 4);
-                    float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-                    for (int i = 0; i < 8; i++)
-                        acc[k] = fmaf(wv[i], xv[i], acc[k]);
-                    if (wr2) {
-#pragma unroll
-                        for (int i = 0; i < 8; i++)
-                            acc2[k] = fmaf(wv2[i], xv[i], acc2[k]);
-                    }
-                }
-            }
+            q35_linear_chunk(x, ldx, t0, nt, c, wv, wv2, wr2 != nullptr, acc,
+                             acc2);
         }
     } else {
         for (int c = lane; c < cols; c += 32) {
