@@ -95,8 +95,11 @@ typedef struct loom_cuda {
     uint64_t l2_bytes;
     uint64_t smem_per_block_optin; /* most dynamic shared memory a block gets */
 
-    /* The engine's one context (current on the lane and load threads while
-     * the core calls a plugin) and its one stream. */
+    /* The engine's one context and its one stream. The context is current
+     * on the thread that opened the engine; until the core's dispatcher
+     * makes it current on every thread it calls a plugin from (the lane
+     * runs on a thread of its own), a device entry point starts with
+     * cu->ctxSetCurrent(cu->context), which is cheap. */
     loom_cu_context context;
     loom_cu_stream stream;
 
