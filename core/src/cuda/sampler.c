@@ -24,10 +24,12 @@ struct loom_cuda_sampler {
     size_t o_outs, o_nemit, o_emit;
 };
 
+#if LOOM_HAVE_CUDA
 static size_t up16(size_t n)
 {
     return (n + 15) & ~(size_t)15;
 }
+#endif
 
 #define CK(call, what)                                                         \
     do {                                                                       \
