@@ -29,7 +29,8 @@ endif()
 if(NOT DEFINED LOOM__NVCC_REPORTED)
   set(LOOM__NVCC_REPORTED 1)
   if(LOOM_HAVE_NVCC)
-    message(STATUS "loom: CUDA fatbins with ${LOOM_NVCC} for sm_${LOOM_CUDA_ARCHS}")
+    string(REPLACE ";" " sm_" archs "sm_${LOOM_CUDA_ARCHS}")
+    message(STATUS "loom: CUDA fatbins with ${LOOM_NVCC}: ${archs}, PTX for the last")
   else()
     message(STATUS "loom: no nvcc (or LOOM_CUDA=OFF): plugins build their CPU path alone")
   endif()
@@ -77,7 +78,7 @@ function(loom_add_fatbin target prefix)
             -MD -MF ${fatbin}.dep -o ${fatbin} ${unity}
     DEPENDS ${unity} ${abs_sources}
     DEPFILE ${fatbin}.dep
-    COMMENT "nvcc: ${prefix}.fatbin (sm_${LOOM_CUDA_ARCHS})"
+    COMMENT "nvcc: ${prefix}.fatbin"
     VERBATIM)
 
   if(MSVC)
