@@ -34,7 +34,6 @@ loom_status q35_gpu_launch(const q35_gpu *g, loom_cu_function f, unsigned gx,
 static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
 {
     static const char *const dt[3] = {"bf16", "f16", "f32"};
-    static const int dks[5] = {16, 32, 64, 128, 256};
     struct {
         loom_cu_function *f;
         char name[32];
@@ -47,12 +46,6 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
         t[n].f = &F->linear[i];
         snprintf(t[n++].name, 32, "q35_linear_%s", dt[i]);
     }
-    for (int i = 0; i < 5; i++) {
-        t[n].f = &F->gdn_rec[i];
-        snprintf(t[n++].name, 32, "q35_gdn_rec_%d", dks[i]);
-        t[n].f = &F->gdn_replay[i];
-        snprintf(t[n++].name, 32, "q35_gdn_replay_%d", dks[i]);
-    }
 #define Q35_FN(member, nm)                                                     \
     t[n].f = &F->member;                                                       \
     snprintf(t[n++].name, 32, "%s", nm)
@@ -60,6 +53,8 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     Q35_FN(conv, "q35_conv");
     Q35_FN(conv_restore, "q35_conv_restore");
     Q35_FN(gdn_prep, "q35_gdn_prep");
+    Q35_FN(gdn_rec, "q35_gdn_rec");
+    Q35_FN(gdn_replay, "q35_gdn_replay");
     Q35_FN(attn_prep, "q35_attn_prep");
     Q35_FN(attention, "q35_attention");
     Q35_FN(gather, "q35_gather");
@@ -241,13 +236,14 @@ static loom_status q35_gpu_supported(loom_model *m, loom_err *err)
                                     "supported on cuda yet",
                                     L->experts[e].gate.bits);
     }
-    if (G->head_dim > 256 || G->lin_dk > 256 || G->lin_dv > 1024 ||
+    if (G->head_dim > 256 || G->lin_dk > 256 ||
+        (G->lin_dk + 31) / 32 * ((G->lin_dv + 31) / 32 * 32) > 512 ||
         G->conv_kernel > 8 || G->conv_kernel < 1)
         return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
                             "qwen35 cuda: head_dim %lld, linear key/value "
                             "head dims %lld/%lld, conv kernel %lld: the "
-                            "kernels take head_dim <= 256, dk <= 256, dv <= "
-                            "1024, conv kernel <= 8",
+                            "kernels take head_dim <= 256, dk <= 256, "
+                            "ceil(dk/32) * dv <= 512, conv kernel <= 8",
                             (long long)G->head_dim, (long long)G->lin_dk,
                             (long long)G->lin_dv, (long long)G->conv_kernel);
     return LOOM_OK;
@@ -342,6 +338,7 @@ void q35_gpu_close(loom_model *m)
     cu->ctxSetCurrent(cu->context);
     /* nothing may still read what is freed */
     cu->streamSynchronize(cu->stream);
+    q35_gpu_graphs_free(g);
     cu->free(cu, LOOM_MEM_WEIGHTS, g->weights, g->weights_bytes);
     cu->free(cu, LOOM_MEM_SCRATCH, g->s.block, g->s.bytes);
     cu->free(cu, LOOM_MEM_SCRATCH, g->s.logits, g->s.logits_bytes);
@@ -400,10 +397,8 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
         st = q35_gpu_functions(g, err);
     if (st != LOOM_OK)
         goto fail;
-    for (g->gdn_variant = 0;
-         g->gdn_variant < 4 && (16 << g->gdn_variant) < G->lin_dk;
-         g->gdn_variant++)
-        ;
+    g->gdn_threads =
+        (unsigned)((G->lin_dk + 31) / 32 * ((G->lin_dv + 31) / 32 * 32));
     g->lay = (q35_gpu_log){(int32_t)m->log.conv, (int32_t)m->log.k,
                            (int32_t)m->log.v,    (int32_t)m->log.decay,
                            (int32_t)m->log.beta, (int32_t)m->log.size};

@@ -33,7 +33,7 @@ typedef struct q35_gpu_fns {
     loom_cu_function embed[3]; /* by weight dtype: bf16, f16, f32 */
     loom_cu_function linear[3];
     loom_cu_function rmsnorm, conv, conv_restore, gdn_prep;
-    loom_cu_function gdn_rec[5], gdn_replay[5]; /* dk <= 16, 32, ... 256 */
+    loom_cu_function gdn_rec, gdn_replay;
     loom_cu_function attn_prep, attention;
     loom_cu_function gather, add, next_split, moe_route, moe_axpy;
 } q35_gpu_fns;
@@ -49,6 +49,17 @@ typedef struct q35_gpu_scratch {
     uint64_t logits_bytes, taps_bytes;
 } q35_gpu_scratch;
 
+/* A forward's launches captured as a CUDA graph, for one shape: rows,
+ * streams, logits rows, tapped rows. Everything else a launch reads (the
+ * row and stream tables, the caches they point to) lives in device memory
+ * the graph reads at replay. */
+#define Q35_GRAPHS 32
+typedef struct q35_graph {
+    int32_t T, ns, n_logits, n_tap;
+    int seen; /* ran uncaptured once: capture on the next */
+    loom_cu_graph_exec exec;
+} q35_graph;
+
 typedef struct q35_gpu {
     const loom_cuda *cu;
     loom_cu_module module;
@@ -58,10 +69,13 @@ typedef struct q35_gpu {
     q35_gpu_lin embed, lm_head;
     loom_cu_ptr norm, inv_freq;
     q35_gpu_layer *layers;
-    int gdn_variant; /* index into fn.gdn_rec for lin_dk */
-    int64_t big;     /* widest projection output, floats */
+    unsigned gdn_threads; /* q35_gdn_rec's block: ceil(dk/32) * dv/32 warps */
+    int64_t big;          /* widest projection output, floats */
     q35_gpu_scratch s;
     q35_gpu_log lay; /* the replay log's layout */
+    q35_graph graphs[Q35_GRAPHS];
+    int n_graphs;
+    int no_graphs; /* capture failed once: run uncaptured from then on */
     /* per-round host tables */
     q35_stream *streams;
     int32_t *stream_rows, *dev_of, *maps;
@@ -107,6 +121,8 @@ void q35_gpu_cache_view(const loom_model *m, const loom_cache *c,
                         q35_gpu_stream *out);
 
 /* gpu_forward.c */
+/* Destroys every captured graph (their buffers are about to move). */
+void q35_gpu_graphs_free(q35_gpu *g);
 loom_status q35_gpu_forward(loom_model *m, const loom_round *round,
                             const loom_output *out, loom_err *err);
 

@@ -229,11 +229,9 @@ loom_status q35_gpu_commit(loom_model *m, loom_cache *c, int32_t kept,
                            lin, 128, 0, ca, "q35_conv_restore", err);
         void *ra[] = {&v.state, &v.snap_state, &v.log, &kept,  &Hk,
                       &Hv,      &dk,           &dv,    &n_lin, &lay};
-        unsigned threads = (unsigned)(dv + 31) / 32 * 32;
         if (st == LOOM_OK)
-            st = q35_gpu_launch(g, g->fn.gdn_replay[g->gdn_variant],
-                                (unsigned)Hv, lin, threads, 0, ra,
-                                "q35_gdn_replay", err);
+            st = q35_gpu_launch(g, g->fn.gdn_replay, (unsigned)Hv, lin,
+                                g->gdn_threads, 0, ra, "q35_gdn_replay", err);
         if (st != LOOM_OK)
             return st;
         c->len = c->spec_start + kept;

@@ -76,6 +76,14 @@ static loom_status q35_gpu_plan(loom_model *m, const loom_round *round,
     return LOOM_OK;
 }
 
+void q35_gpu_graphs_free(q35_gpu *g)
+{
+    for (int i = 0; i < g->n_graphs; i++)
+        if (g->graphs[i].exec)
+            g->cu->graphExecDestroy(g->graphs[i].exec);
+    g->n_graphs = 0;
+}
+
 /* Grows a device output buffer (logits, taps) to `bytes`. */
 static loom_status q35_gpu_grow(q35_gpu *g, loom_cu_ptr *p, uint64_t *have,
                                 uint64_t bytes, loom_err *err)
@@ -83,6 +91,8 @@ static loom_status q35_gpu_grow(q35_gpu *g, loom_cu_ptr *p, uint64_t *have,
     if (bytes <= *have)
         return LOOM_OK;
     const loom_cuda *cu = g->cu;
+    /* the graphs launch into the old buffer */
+    q35_gpu_graphs_free(g);
     loom_status st = q35_gpu_check(g, cu->streamSynchronize(cu->stream),
                                    "growing an output buffer", err);
     if (st != LOOM_OK)
@@ -129,11 +139,18 @@ static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
     loom_cu_ptr wp = w->p, w2p = w2 ? w2->p : 0;
     int rows = w->rows, cols = w->cols, tile = sel ? 1 : 8;
     long long estride = (long long)rows * cols;
-    void *args[] = {&wp,   &w2p, &x,    &ldx,  &y,   &ldy,        &rows,
-                    &cols, &T,   &tile, &mode, &sel, &sel_stride, &estride};
-    return q35_gpu_launch(
-        R->g, R->g->fn.linear[q35_dt(w->dtype)], (unsigned)(rows + 7) / 8,
-        (unsigned)(T + tile - 1) / tile, 256, 0, args, "q35_linear", R->err);
+    /* warps per row: enough blocks to fill the chip; the weight's shape
+     * alone decides, so a row's summation order never depends on the round */
+    int wpr = 1;
+    while (wpr < 8 && rows * wpr < 8192 && cols >= 64 * wpr)
+        wpr *= 2;
+    void *args[] = {&wp,   &w2p,  &x,          &ldx,     &y,
+                    &ldy,  &rows, &cols,       &T,       &tile,
+                    &mode, &sel,  &sel_stride, &estride, &wpr};
+    return q35_gpu_launch(R->g, R->g->fn.linear[q35_dt(w->dtype)],
+                          (unsigned)((rows * wpr + 7) / 8),
+                          (unsigned)(T + tile - 1) / tile, 256, 0, args,
+                          "q35_linear", R->err);
 }
 
 #define Q35_LIN(...)                                                           \
@@ -149,7 +166,7 @@ static loom_status q35_gpu_norm(const q35_run *R, loom_cu_ptr x,
 {
     int H = (int)R->m->g.hidden;
     float eps = (float)R->m->g.eps;
-    Q35_LAUNCH(rmsnorm, n_rows, 1, 256, 0, &x, &map, &out, &w, &H, &eps);
+    Q35_LAUNCH(rmsnorm, n_rows, 1, 1024, 0, &x, &map, &out, &w, &H, &eps);
     return LOOM_OK;
 }
 
@@ -202,17 +219,17 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
                &L->conv_w, &s->streams, &s->rows, &slot, &cd, &K, &n_lin,
                &log_size, &log_conv);
     q35_gpu_log lay = g->lay;
-    Q35_LAUNCH(gdn_prep, T, 1, 128, 0, &s->conv_out, &s->a, &s->b, &s->decay,
+    unsigned prep = (unsigned)(32 * (2 * Hk < 32 ? 2 * Hk : 32));
+    Q35_LAUNCH(gdn_prep, T, 1, prep, 0, &s->conv_out, &s->a, &s->b, &s->decay,
                &s->beta, &L->neg_a, &L->dt_bias, &s->streams, &s->rows, &slot,
                &Hk, &Hv, &dk, &dv, &n_lin, &lay);
-    unsigned threads = (unsigned)(dv + 31) / 32 * 32;
     {
         void *a[] = {&s->conv_out, &s->z,       &s->o, &s->decay, &s->beta,
                      &L->gnorm,    &s->streams, &slot, &Hk,       &Hv,
                      &dk,          &dv,         &eps};
-        loom_status st = q35_gpu_launch(g, g->fn.gdn_rec[g->gdn_variant],
-                                        (unsigned)Hv, (unsigned)R->ns, threads,
-                                        0, a, "q35_gdn_rec", R->err);
+        loom_status st =
+            q35_gpu_launch(g, g->fn.gdn_rec, (unsigned)Hv, (unsigned)R->ns,
+                           g->gdn_threads, 0, a, "q35_gdn_rec", R->err);
         if (st != LOOM_OK)
             return st;
     }
@@ -310,6 +327,69 @@ static loom_status q35_gpu_layers(const q35_run *R, int32_t n_logits,
         Q35_LIN(&g->lm_head, NULL, s->xn, H, s->logits, V, n_logits, 0, 0, 0);
     }
     return LOOM_OK;
+}
+
+static void q35_log_no_graphs(const q35_run *R)
+{
+    R->m->host->log(R->m->host, LOOM_LOG_WARN,
+                    "qwen35 cuda: %s; forwards run without graphs",
+                    R->err->msg);
+}
+
+/* The round's launches: replayed from a graph when this shape was captured,
+ * captured when it ran once before, else launched one by one. A replay
+ * runs the very kernels with the very arguments of an uncaptured run. */
+static loom_status q35_gpu_run(q35_run *R, int32_t n_logits, int32_t n_tap)
+{
+    q35_gpu *g = R->g;
+    const loom_cuda *cu = g->cu;
+    q35_graph *gr = NULL;
+    for (int i = 0; !g->no_graphs && i < g->n_graphs; i++) {
+        q35_graph *x = &g->graphs[i];
+        if (x->T == R->T && x->ns == R->ns && x->n_logits == n_logits &&
+            x->n_tap == n_tap)
+            gr = x;
+    }
+    if (!gr && !g->no_graphs && g->n_graphs < Q35_GRAPHS) {
+        gr = &g->graphs[g->n_graphs++];
+        *gr = (q35_graph){R->T, R->ns, n_logits, n_tap, 0, NULL};
+    }
+    if (gr && gr->exec)
+        return q35_gpu_check(g, cu->graphLaunch(gr->exec, cu->stream),
+                             "replaying a forward", R->err);
+    if (!gr || !gr->seen) {
+        if (gr)
+            gr->seen = 1;
+        return q35_gpu_layers(R, n_logits, n_tap);
+    }
+    /* thread-local capture: the lane thread alone launches on the stream */
+    loom_status st = q35_gpu_check(g, cu->streamBeginCapture(cu->stream, 1),
+                                   "capturing a forward", R->err);
+    if (st != LOOM_OK) {
+        g->no_graphs = 1;
+        return q35_gpu_layers(R, n_logits, n_tap);
+    }
+    st = q35_gpu_layers(R, n_logits, n_tap);
+    loom_cu_graph graph = NULL;
+    loom_status end =
+        q35_gpu_check(g, cu->streamEndCapture(cu->stream, &graph),
+                      "capturing a forward", st == LOOM_OK ? R->err : NULL);
+    if (st == LOOM_OK)
+        st = end;
+    if (st == LOOM_OK)
+        st = q35_gpu_check(g, cu->graphInstantiate(&gr->exec, graph, 0),
+                           "instantiating a forward's graph", R->err);
+    if (graph)
+        cu->graphDestroy(graph);
+    if (st != LOOM_OK) {
+        /* run it the plain way, and from now on */
+        gr->exec = NULL;
+        g->no_graphs = 1;
+        q35_log_no_graphs(R);
+        return q35_gpu_layers(R, n_logits, n_tap);
+    }
+    return q35_gpu_check(g, cu->graphLaunch(gr->exec, cu->stream),
+                         "replaying a forward", R->err);
 }
 
 loom_status q35_gpu_forward(loom_model *m, const loom_round *round,
@@ -420,7 +500,7 @@ loom_status q35_gpu_forward(loom_model *m, const loom_round *round,
                            "uploading the output maps", err);
     q35_run run = {m, g, T, ns, err};
     if (st == LOOM_OK)
-        st = q35_gpu_layers(&run, n_logits, n_tap);
+        st = q35_gpu_run(&run, n_logits, n_tap);
     /* the one copy back: logits (and taps) to the host's buffers */
     if (st == LOOM_OK && n_logits > 0)
         st = q35_gpu_check(g,

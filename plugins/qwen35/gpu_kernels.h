@@ -1,6 +1,6 @@
-/* What the qwen35 kernels (the .cu files of cuda/) and their host glue (gpu*.c)
- * share: the round's row and stream tables, laid out identically in C and CUDA
- * (fixed-width fields, device addresses as 64-bit integers). */
+/* What the qwen35 kernels (the .cu files under cuda/) and their host glue
+ * (gpu*.c) share: the round's row and stream tables, laid out identically in
+ * C and CUDA (fixed-width fields, device addresses as 64-bit integers). */
 #ifndef QWEN35_GPU_KERNELS_H
 #define QWEN35_GPU_KERNELS_H
 

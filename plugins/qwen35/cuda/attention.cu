@@ -9,14 +9,11 @@
 // from vb, both stored in the stream's cache). Rounding: as q35_rmsnorm;
 // then angle = (float)pos * inv_freq[i] and the rotation a*cos - b*sin,
 // b*cos + a*sin in float32 (accurate cosf/sinf).
-extern "C" __global__ void q35_attn_prep(float *qg, const float *kb,
-                                         const float *vb, const float *q_norm,
-                                         const float *k_norm,
-                                         const float *inv_freq,
-                                         const q35_gpu_stream *streams,
-                                         const q35_gpu_row *rows, int slot,
-                                         int nh, int nkv, int hd, int rot,
-                                         float eps)
+extern "C" __global__ void
+q35_attn_prep(float *qg, const float *kb, const float *vb, const float *q_norm,
+              const float *k_norm, const float *inv_freq,
+              const q35_gpu_stream *streams, const q35_gpu_row *rows, int slot,
+              int nh, int nkv, int hd, int rot, float eps)
 {
     extern __shared__ float sm[]; // hd floats
     __shared__ float red[32];
@@ -25,8 +22,9 @@ extern "C" __global__ void q35_attn_prep(float *qg, const float *kb,
     bool is_q = hs < nh;
     int kvw = nkv * hd;
     const q35_gpu_stream st = streams[rows[t].stream];
-    float *src = is_q ? qg + (int64_t)t * 2 * nh * hd + (int64_t)hs * 2 * hd
-                      : (float *)kb + (int64_t)t * kvw + (int64_t)(hs - nh) * hd;
+    float *src = is_q
+                     ? qg + (int64_t)t * 2 * nh * hd + (int64_t)hs * 2 * hd
+                     : (float *)kb + (int64_t)t * kvw + (int64_t)(hs - nh) * hd;
     const float *w = is_q ? q_norm : k_norm;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < hd; i += blockDim.x)
@@ -68,7 +66,7 @@ extern "C" __global__ void q35_attn_prep(float *qg, const float *kb,
 }
 
 #define Q35_ATTN_WARPS 4
-#define Q35_ATTN_ND 8 // head_dim up to 256
+#define Q35_ATTN_ND    8 // head_dim up to 256
 
 // Block (query head, row), 4 warps: warp w takes positions w, w+4, ... of
 // [0, pos] with a running max and sum (online softmax, float32, accurate

@@ -28,7 +28,8 @@ extern "C" __global__ void q35_conv(const float *x, float *y, const float *w,
     for (int k = 0; k < st.count; k++) {
         int row = st.first + k;
         if (k == st.snap_row) {
-            float *snap = reinterpret_cast<float *>(st.snap_conv) + slot * tail_n;
+            float *snap =
+                reinterpret_cast<float *>(st.snap_conv) + slot * tail_n;
 #pragma unroll
             for (int j = 0; j < Q35_MAX_TAIL; j++)
                 if (j < kt)
@@ -69,9 +70,9 @@ extern "C" __global__ void q35_conv(const float *x, float *y, const float *w,
 // (the snapshot's tail, then the first `kept` logged inputs). Grid
 // (channels / block, n_lin).
 extern "C" __global__ void q35_conv_restore(float *conv, const float *snap,
-                                            const float *log, int kept,
-                                            int cd, int K, int n_lin,
-                                            int log_size, int log_conv)
+                                            const float *log, int kept, int cd,
+                                            int K, int n_lin, int log_size,
+                                            int log_conv)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     int l = blockIdx.y;

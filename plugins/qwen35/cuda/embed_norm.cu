@@ -13,27 +13,24 @@ __device__ void q35_embed_body(const W *table, const q35_gpu_row *rows,
         h[(int64_t)t * H + i] = q35_ld(src, i);
 }
 
-extern "C" __global__ void q35_embed_bf16(const uint16_t *table,
-                                          const q35_gpu_row *rows, float *h,
-                                          int H)
+extern "C" __global__ void
+q35_embed_bf16(const uint16_t *table, const q35_gpu_row *rows, float *h, int H)
 {
     q35_embed_body(table, rows, h, H);
 }
-extern "C" __global__ void q35_embed_f16(const __half *table,
-                                         const q35_gpu_row *rows, float *h,
-                                         int H)
+extern "C" __global__ void
+q35_embed_f16(const __half *table, const q35_gpu_row *rows, float *h, int H)
 {
     q35_embed_body(table, rows, h, H);
 }
-extern "C" __global__ void q35_embed_f32(const float *table,
-                                         const q35_gpu_row *rows, float *h,
-                                         int H)
+extern "C" __global__ void
+q35_embed_f32(const float *table, const q35_gpu_row *rows, float *h, int H)
 {
     q35_embed_body(table, rows, h, H);
 }
 
 // out[b] = x[map ? map[b] : b] * rsqrt(mean(x^2) + eps) * w, one block of
-// 256 threads per row. Rounding: the sum of squares in float32 (per-thread
+// 1024 threads per row. Rounding: the sum of squares in float32 (per-thread
 // strided partial sums, then q35_block_sum), r = 1 / sqrtf(ss / n + eps) in
 // float32, then (x * r) * w rounded once per multiply as on the CPU.
 extern "C" __global__ void q35_rmsnorm(const float *x, const int *map,
