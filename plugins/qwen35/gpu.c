@@ -356,16 +356,24 @@ void q35_gpu_close(loom_model *m)
     m->gpu = NULL;
 }
 
+/* The kernels of the fatbin embedded at build time. */
+static loom_status q35_gpu_module(q35_gpu *g, loom_err *err)
+{
+#if LOOM_HAVE_CUDA
+    return q35_gpu_check(g, g->cu->moduleLoadData(&g->module, LOOM_FATBIN),
+                         "loading the qwen35 fatbin", err);
+#else
+    (void)g;
+    return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                        "qwen35: built without CUDA kernels (no nvcc at "
+                        "build time); use the CPU device");
+#endif
+}
+
 loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
                          loom_err *err)
 {
     (void)opt;
-#if !LOOM_HAVE_CUDA
-    (void)m;
-    return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
-                        "qwen35: built without CUDA kernels (no nvcc at "
-                        "build time); use the CPU device");
-#else
     const loom_cuda *cu = m->host->cuda ? m->host->cuda(m->host) : NULL;
     if (!cu)
         return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
@@ -391,8 +399,7 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
         goto fail;
     }
     cu->ctxSetCurrent(cu->context);
-    st = q35_gpu_check(g, cu->moduleLoadData(&g->module, LOOM_FATBIN),
-                       "loading the qwen35 fatbin", err);
+    st = q35_gpu_module(g, err);
     if (st == LOOM_OK)
         st = q35_gpu_functions(g, err);
     if (st != LOOM_OK)
@@ -426,5 +433,4 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
 fail:
     q35_gpu_close(m);
     return st;
-#endif
 }
