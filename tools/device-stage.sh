@@ -4,8 +4,9 @@
 # libraries that machine lacks) into DEST, e.g. .stage/NAME, which
 # .git/info/exclude ignores. Carry DEST in the device call and start it with
 #   . DEST/setup.sh
-# which links /work/main to the tree there, BUILD to DEST (so the paths the
-# tests were compiled with resolve) and sets LD_LIBRARY_PATH to DEST/libs.
+# which links /work/main and this tree's root (a worktree's path too) to the
+# tree there, BUILD to DEST (so the paths the tests were compiled with
+# resolve) and sets LD_LIBRARY_PATH to DEST/libs.
 # Run the test binaries directly there (DEST/gpu_test_...), logs into $OUT.
 set -euo pipefail
 build=${1:?usage: device-stage.sh BUILD DEST}
@@ -28,13 +29,18 @@ sh "$pack" "$build/loom" "$dest/libs" >/dev/null
 for t in "$dest"/gpu_test_*; do
   [ -f "$t" ] && sh "$pack" "$t" "$dest/libs" >/dev/null
 done
-# paths relative to the repository root, which is $PWD on the device
-rel_dest=$(realpath --relative-to="$here" "$dest")
-rel_build=$(realpath --relative-to="$here" "$build")
+# The device gets the checkout that DEST lies in (its root is $PWD there);
+# the binaries hold this tree's absolute paths (a worktree's too), so the
+# setup links this tree's root to $PWD and BUILD to DEST.
+mkdir -p "$dest"
+sent=$(git -C "$dest" rev-parse --show-toplevel)
+rel_dest=$(realpath --relative-to="$sent" "$dest")
+abs_build=$(realpath "$build")
 cat >"$dest/setup.sh" <<SETUP
 # sourced at the repository root on the device machine (device-stage.sh)
 mkdir -p /work && ln -sfn "\$PWD" /work/main
-[ -e "$rel_build" ] || ln -sfn "\$PWD/$rel_dest" "$rel_build"
+[ "$here" = /work/main ] || [ -e "$here" ] || { mkdir -p "$(dirname "$here")" && ln -sfn "\$PWD" "$here"; }
+[ -e "$abs_build" ] || ln -sfn "\$PWD/$rel_dest" "$abs_build"
 export LD_LIBRARY_PATH=\$PWD/$rel_dest/libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 SETUP
 du -sh "$dest"
