@@ -39,6 +39,10 @@ START_TEST(auto_and_cuda_hand_plugins_the_table)
         const loom_cuda *cu = h->cuda(h);
         ck_assert_ptr_eq(cu, loom_cuda_table(e->cuda));
         ck_assert_uint_eq(cu->struct_size, sizeof *cu);
+        /* the table lent to the family plugin answers the same */
+        const loom_host *ph = e->plugin->host;
+        ck_assert_ptr_ne(ph, h);
+        ck_assert_ptr_eq(ph->cuda(ph), cu);
         /* the table works from the plugin's side of the host */
         loom_err err;
         loom_cu_ptr p = 0;
