@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Write a checkpoint with Qwen3.5-0.8B's geometry and random BF16 weights,
-for measuring decode speed (`loom bench DIR --device cpu`). Not a fixture:
-write it under /tmp and do not commit it (about 1.5 GB).
+"""Write a checkpoint with Qwen3.5-0.8B's geometry (or 2B's, 9B's with
+--geometry) and random BF16 weights, for measuring decode speed (`loom bench
+DIR --device cpu|cuda`). Not a fixture: write it under /tmp and do not
+commit it (about 1.5 GB for 0.8B, 4.5 GB for 2B, 19 GB for 9B).
 
 Standard library only (no numpy/torch): each weight tensor is filled by
 tiling a block of Gaussian values scaled by 1/sqrt(fan_in), starting at a
 different offset per tensor, which is as good as fully random for timing
 (the same bytes are read either way) and keeps every value finite.
 
-Usage: make_qwen35_bench.py OUT_DIR [--layers N]
+Usage: make_qwen35_bench.py OUT_DIR [--geometry 0.8b|2b|9b] [--layers N]
 """
 import array
 import json
@@ -44,6 +45,16 @@ CONFIG = {
     "dtype": "bfloat16",
 }
 
+# docs/specs/qwen35.md 1.3: what differs from 0.8B at the larger sizes
+GEOMETRIES = {
+    "0.8b": {},
+    "2b": {"hidden_size": 2048, "intermediate_size": 6144},
+    "9b": {"hidden_size": 4096, "intermediate_size": 12288,
+           "num_hidden_layers": 32, "num_attention_heads": 16,
+           "num_key_value_heads": 4, "linear_num_value_heads": 32,
+           "tie_word_embeddings": False},
+}
+
 BLOCK = 1 << 20  # values per random block
 
 
@@ -64,6 +75,8 @@ def tensors(cfg):
     dk, dv, K = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"]
     cd = 2 * Hk * dk + Hv * dv
     out = [("model.embed_tokens.weight", [V, H], "w"), ("model.norm.weight", [H], "zero")]
+    if not cfg["tie_word_embeddings"]:
+        out.append(("lm_head.weight", [V, H], "w"))
     every = cfg["full_attention_interval"]
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
@@ -95,6 +108,8 @@ def tensors(cfg):
 def main():
     out_dir = sys.argv[1]
     cfg = dict(CONFIG)
+    if "--geometry" in sys.argv:
+        cfg.update(GEOMETRIES[sys.argv[sys.argv.index("--geometry") + 1]])
     if "--layers" in sys.argv:
         cfg["num_hidden_layers"] = int(sys.argv[sys.argv.index("--layers") + 1])
     os.makedirs(out_dir, exist_ok=True)

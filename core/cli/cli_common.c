@@ -5,6 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#include <loom/cuda_runtime.h>
+
 static int need_value(int argc, char **argv, int i)
 {
     if (i + 1 >= argc) {
@@ -65,6 +69,19 @@ int loom_cli_model_opt(loom_cli_model_opts *o, int argc, char **argv, int *i)
         }
         return 1;
     }
+    if (!strcmp(a, "--gpu-memory")) {
+        if (!need_value(argc, argv, *i))
+            return -1;
+        const char *m = argv[++*i];
+        if (loom_cuda_parse_memory(m, &o->gpu_memory) != 0) {
+            fprintf(stderr,
+                    "loom: --gpu-memory: '%s' is not a byte count (K, M, G "
+                    "suffixes allowed) nor a fraction in (0, 1]\n",
+                    m);
+            return -1;
+        }
+        return 1;
+    }
     if (!strcmp(a, "--threads")) {
         if (!need_value(argc, argv, *i) || !parse_int(a, argv[*i + 1], &v))
             return -1;
@@ -97,7 +114,10 @@ void loom_cli_model_opts_help(FILE *out)
             "  --plugin-path DIR   search DIR for plugins first (repeatable)\n"
             "  --family NAME       use this family plugin, whatever the probes "
             "say\n"
-            "  --device D          cpu, cuda or auto (default: auto)\n"
+            "  --device D          cpu, cuda or auto (default: auto: the GPU "
+            "when there is one)\n"
+            "  --gpu-memory M      device memory budget: bytes (8G) or a "
+            "fraction (default 0.9)\n"
             "  --threads N         CPU threads (default: one per core)\n"
             "  --ctx N             context limit in tokens (default: the "
             "model's)\n");
@@ -112,8 +132,37 @@ void loom_cli_engine_params(const loom_cli_model_opts *o, const char *model,
     p->plugin_dirs = o->plugin_dirs;
     p->n_plugin_dirs = o->n_plugin_dirs;
     p->device = o->device;
+    p->gpu_memory = o->gpu_memory;
     p->n_threads = o->n_threads;
     p->max_context = o->ctx;
+}
+
+int loom_cli_device(int device, char *buf, size_t size, void **json)
+{
+    loom_cuda_facts f;
+    loom_err err;
+    int gpu = 0;
+    if (device == LOOM_DEVICE_CPU)
+        snprintf(err.msg, sizeof err.msg, "--device cpu");
+    else
+        gpu = loom_cuda_probe(&f, &err) == LOOM_OK;
+    if (gpu) {
+        double gib = (double)f.total_bytes / (1024.0 * 1024.0 * 1024.0);
+        snprintf(buf, size, "%s (cc %d.%d, %.1f GiB)", f.name, f.cc_major,
+                 f.cc_minor, gib);
+        if (json) {
+            char cc[16];
+            snprintf(cc, sizeof cc, "%d.%d", f.cc_major, f.cc_minor);
+            *json = json_pack("{s:s, s:s, s:s, s:I}", "kind", "cuda", "name",
+                              f.name, "cc", cc, "memory_bytes",
+                              (json_int_t)f.total_bytes);
+        }
+    } else {
+        snprintf(buf, size, "cpu (%s)", err.msg);
+        if (json)
+            *json = json_pack("{s:s, s:s}", "kind", "cpu", "why", err.msg);
+    }
+    return gpu;
 }
 
 int loom_cli_parse_ids(const char *s, int32_t **ids, int32_t *n)

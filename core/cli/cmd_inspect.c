@@ -13,18 +13,18 @@
 
 static void help(FILE *out)
 {
-    fprintf(
-        out,
-        "usage: loom inspect MODEL [--json] [--tensors] [--family NAME] "
-        "[--plugin-path DIR]...\n\n"
-        "MODEL is a checkpoint directory or an org/name id in the local "
-        "Hugging Face\nhub cache. Prints the plugin that claims it and the "
-        "geometry that plugin parsed.\n\n"
-        "  --json              one JSON object for machines\n"
-        "  --tensors           also list every tensor (dtype, shape, "
-        "bytes) and the total\n"
-        "  --family NAME       force a family (or drafter) plugin by name\n"
-        "  --plugin-path DIR   search DIR for plugins first (repeatable)\n");
+    fprintf(out,
+            "usage: loom inspect MODEL [--json] [--tensors] [--family NAME] "
+            "[--plugin-path DIR]...\n\n"
+            "MODEL is a checkpoint directory or an org/name id in the local "
+            "Hugging Face\nhub cache. Prints the plugin that claims it and the "
+            "geometry that plugin parsed.\n\n"
+            "  --json              one JSON object for machines\n"
+            "  --tensors           also list every tensor (dtype, shape, "
+            "bytes) and the total\n"
+            "  --family NAME       force a family (or drafter) plugin by name\n"
+            "  --plugin-path DIR   search DIR for plugins first (repeatable)\n"
+            "  --device D          the device line for cpu, cuda or auto\n");
 }
 
 static void LOOM_ABI f_i64(void *ctx, const char *k, int64_t v)
@@ -125,6 +125,9 @@ int loom_cmd_inspect(int argc, char **argv)
             goto fail;
         }
     }
+    char device_line[512];
+    if (!json)
+        loom_cli_device(o.device, device_line, sizeof device_line, NULL);
     if (json) {
         json_t *root =
             json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:O}", "checkpoint",
@@ -134,16 +137,21 @@ int loom_cmd_inspect(int argc, char **argv)
                       ref->path, "score", (int)score, "geometry", geo);
         if (tensor_list)
             json_object_set_new(root, "tensors", tensor_list);
+        void *dev = NULL;
+        char line[512];
+        loom_cli_device(o.device, line, sizeof line, &dev);
+        json_object_set_new(root, "device", dev);
         char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         printf("%s\n", s);
         free(s);
         json_decref(root);
     } else {
         printf("checkpoint  %s\nplugin      %s %s (%s, score %d)\npath        "
-               "%s\ngeometry:\n",
+               "%s\ndevice      %s\ngeometry:\n",
                loom_checkpoint_dir(ckpt), ref->plugin->name,
                ref->plugin->version ? ref->plugin->version : "",
-               drafter ? "drafter" : "family", (int)score, ref->path);
+               drafter ? "drafter" : "family", (int)score, ref->path,
+               device_line);
         const char *k;
         json_t *v;
         json_object_foreach(geo, k, v)

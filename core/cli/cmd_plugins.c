@@ -90,6 +90,10 @@ int loom_cmd_plugins(int argc, char **argv)
         json_object_set_new(root, "plugins", arr);
         json_object_set_new(root, "refused", bad);
         json_object_set_new(root, "search_path", dirs);
+        char line[512];
+        void *dev = NULL;
+        loom_cli_device(LOOM_DEVICE_AUTO, line, sizeof line, &dev);
+        json_object_set_new(root, "device", dev);
         char *s = json_dumps(root, JSON_INDENT(2));
         printf("%s\n", s);
         free(s);
@@ -117,6 +121,9 @@ int loom_cmd_plugins(int argc, char **argv)
         for (int i = 0; i < loom_registry_dir_count(reg); i++)
             printf(" %s", loom_registry_dir_at(reg, i));
         printf("\n");
+        char line[512];
+        loom_cli_device(LOOM_DEVICE_AUTO, line, sizeof line, NULL);
+        printf("device: %s\n", line);
     }
     loom_registry_free(reg);
     return 0;

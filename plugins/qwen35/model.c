@@ -1,7 +1,7 @@
 /* The Qwen3.5 model's lifetime: open (geometry, weights, RoPE table, replay
  * log layout), close, and describe. Taps come later, through loom.target/1
  * (target.c). */
-#include "qwen35.h"
+#include "gpu.h"
 
 #include <stdlib.h>
 
@@ -9,6 +9,7 @@ void LOOM_ABI q35_close(loom_model *m)
 {
     if (!m)
         return;
+    q35_gpu_close(m);
     q35_weights_free(&m->w);
     q35_scratch_free(&m->s);
     free(m->slot);
@@ -42,12 +43,6 @@ loom_status LOOM_ABI q35_open(const loom_host *host,
                               : 0;
     int32_t max_rows =
         LOOM_HAS_FIELD(osz, loom_model_options, max_rows) ? opt->max_rows : 0;
-    if (device == LOOM_DEVICE_CUDA) {
-        st = loom_err_set(err, LOOM_ERR_UNSUPPORTED,
-                          "qwen35: the CUDA path is not built; use the CPU "
-                          "device");
-        goto fail;
-    }
     st = q35_weights_bind(host, ckpt, &m->g, &m->w, err);
     if (st != LOOM_OK)
         goto fail;
@@ -76,6 +71,17 @@ loom_status LOOM_ABI q35_open(const loom_host *host,
                                  .hidden = g->hidden,
                                  .view_kind = LOOM_MEM_HOST,
                                  .cache_len = q35_cache_len};
+    /* cuda when asked for, or on auto when the engine opened a device */
+    int on_cuda =
+        device == LOOM_DEVICE_CUDA ||
+        (device == LOOM_DEVICE_AUTO && host->cuda && host->cuda(host));
+    if (on_cuda && (st = q35_gpu_open(m, opt, err)) != LOOM_OK) {
+        if (device == LOOM_DEVICE_CUDA || st != LOOM_ERR_UNSUPPORTED)
+            goto fail;
+        host->log(host, LOOM_LOG_INFO, "%s; running on the CPU",
+                  err ? err->msg : "no cuda");
+        st = LOOM_OK;
+    }
     *out = m;
     return LOOM_OK;
 fail:
@@ -99,7 +105,7 @@ void LOOM_ABI q35_describe(const loom_model *m, loom_model_info *out)
     info->cache_bytes_per_token = q35_cache_token_bytes(m);
     info->max_rows = m->max_rows;
     info->caps = LOOM_CAP_WINDOWS | LOOM_CAP_TAPS;
-    info->device = LOOM_DEVICE_CPU;
+    info->device = m->gpu ? LOOM_DEVICE_CUDA : LOOM_DEVICE_CPU;
     info->compute_dtype = LOOM_DTYPE_F32;
     info->weight_bytes_per_token =
         q35_weight_bytes_per_token((q35_weights *)&m->w, &m->g);

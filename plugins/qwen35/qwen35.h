@@ -135,6 +135,7 @@ struct loom_cache {
     /* speculation (see cache.c): the snapshot is conv's then state's
      * [n_lin] copies, a log row is [n_lin][log.size] floats */
     loom_window win;
+    struct q35_gpu_cache *gpu; /* the device state (gpu_cache.c), or NULL */
 };
 
 /* The MoE block's buffers (moe.c), grown with the other activations. */
@@ -178,6 +179,7 @@ struct loom_model {
     q35_scratch s;
     loom_plan_rules rules; /* what a round may hold */
     loom_round_plan plan;  /* the round's rows by cache, grown as needed */
+    struct q35_gpu *gpu;   /* the CUDA path (gpu.c), or NULL on the CPU */
 };
 
 /* stream cache (cache.c); the LOOM_ABI functions fill the family vtable */

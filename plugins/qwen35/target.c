@@ -1,8 +1,10 @@
-/* The loom.target/1 extension of a Qwen3.5 model on the CPU: what a drafter
- * reaches of it. embed is the forward's embedding lookup, head its final
- * norm and lm_head, and set_taps chooses the layers whose outputs rows
- * flagged LOOM_ROW_TAP copy (q35_tap in cpu.c). */
-#include "qwen35.h"
+/* The loom.target/1 extension of a Qwen3.5 model: what a drafter reaches of
+ * it. embed is the forward's embedding lookup, head its final norm and
+ * lm_head, and set_taps chooses the layers whose outputs rows flagged
+ * LOOM_ROW_TAP copy (q35_tap in cpu.c, the gather in gpu_forward.c). On a
+ * device model the views are host memory still: embed reads the host's
+ * copy of the table, head copies the rows in and the logits out. */
+#include "gpu.h"
 
 #include <stdlib.h>
 
@@ -47,6 +49,11 @@ static loom_status LOOM_ABI q35_head(loom_model *m, const loom_view *hidden,
                              "logits", err);
     if (st != LOOM_OK)
         return st;
+    if (m->gpu) {
+        /* extension calls do not pass the dispatcher */
+        m->gpu->cu->ctxSetCurrent(m->gpu->cu->context);
+        return q35_gpu_head(m, hidden, n, logits, err);
+    }
     /* the normed rows, dense, as the forward hands them to lm_head */
     float *xn = malloc((size_t)n * (size_t)H * sizeof *xn);
     if (!xn)
@@ -80,6 +87,18 @@ static loom_status LOOM_ABI q35_set_taps(loom_model *m, const int32_t *layers,
             return loom_err_set(err, LOOM_ERR_NOMEM,
                                 "qwen35 set_taps: no memory");
         memcpy(taps, layers, (size_t)n * sizeof *taps);
+    }
+    if (m->gpu) {
+        /* the captured forwards gather the old layers */
+        const loom_cuda *cu = m->gpu->cu;
+        cu->ctxSetCurrent(cu->context);
+        loom_status st = q35_gpu_check(
+            m->gpu, cu->streamSynchronize(cu->stream), "qwen35 set_taps", err);
+        if (st != LOOM_OK) {
+            free(taps);
+            return st;
+        }
+        q35_gpu_graphs_free(m->gpu);
     }
     free(m->taps);
     m->taps = taps;

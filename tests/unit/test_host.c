@@ -380,6 +380,15 @@ START_TEST(plugin_log_lines_carry_the_plugin_name)
                                          LOOM_MEM_SCRATCH, -1024, NULL),
                      LOOM_OK);
     ck_assert_int_eq(loom_host_accounted(&hs, LOOM_MEM_HOST, -1), 3072);
+
+    /* and the core's device table: none on the CPU, the engine's once set
+     * (a stand-in struct here: only its address is compared) */
+    ck_assert_ptr_null(good->host->cuda(good->host));
+    static const int device_table = 0;
+    hs.cuda = (const struct loom_cuda *)&device_table;
+    ck_assert_ptr_eq(good->host->cuda(good->host), hs.cuda);
+    ck_assert_ptr_eq(qwen->host->cuda(qwen->host), hs.cuda);
+    hs.cuda = NULL;
     loom_registry_free(reg);
     loom_pool_free(pool);
 }

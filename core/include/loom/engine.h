@@ -5,6 +5,7 @@
 #define LOOM_ENGINE_H
 
 #include <loom/checkpoint.h>
+#include <loom/cuda_runtime.h>
 #include <loom/family.h>
 #include <loom/host.h>
 #include <loom/pool.h>
@@ -19,6 +20,8 @@ typedef struct loom_engine_params {
     int n_threads;       /* <= 0: one per CPU */
     int64_t max_context; /* 0: the model's */
     int32_t max_rows;    /* 0: 512 */
+    /* --gpu-memory: 0 default (90%), (0, 1] a fraction, > 1 bytes */
+    double gpu_memory;
 } loom_engine_params;
 
 typedef struct loom_engine {
@@ -29,10 +32,10 @@ typedef struct loom_engine {
     const loom_plugin_ref *plugin;
     /* The family's dispatcher: every call into the plugin goes through it. */
     loom_family family;
-    /* The device table the model runs on; NULL on the CPU. */
-    const struct loom_cuda *cuda;
     loom_model *model;
     loom_model_info info;
+    loom_cuda_runtime *cuda; /* NULL: the CPU path, device_why says why */
+    char device_why[512];
 } loom_engine;
 
 loom_status loom_engine_open(const loom_engine_params *params,

@@ -20,6 +20,8 @@ typedef struct loom_host_state {
     /* The table that owns the pool and the accounting: itself, or the one
      * this table was lent from. */
     struct loom_host_state *root;
+    /* The engine's device table (root only), NULL on the CPU. */
+    const struct loom_cuda *cuda;
 } loom_host_state;
 
 void loom_host_init(loom_host_state *state, loom_pool *pool);

@@ -274,9 +274,8 @@ static loom_status LOOM_ABI h_account(const loom_host *h, loom_mem_kind kind,
 
 static const struct loom_cuda *LOOM_ABI h_cuda(const loom_host *h)
 {
-    /* the CUDA runtime fills this in when the engine runs on a device */
-    (void)h;
-    return NULL;
+    /* lent tables answer from the root, where the engine set it */
+    return state_of(h)->cuda;
 }
 
 void loom_host_init(loom_host_state *s, loom_pool *pool)

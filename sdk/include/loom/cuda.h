@@ -90,8 +90,11 @@ typedef struct loom_cuda {
     uint64_t l2_bytes;
     uint64_t smem_per_block_optin; /* most dynamic shared memory a block gets */
 
-    /* The engine's one context (current on the lane and load threads while
-     * the core calls a plugin) and its one stream. */
+    /* The engine's one context and its one stream. The core's family
+     * dispatcher makes the context current before every vtable call, on
+     * whichever thread makes it (the lane runs on a thread of its own);
+     * an extension's entry points (loom.target/1), called directly, start
+     * with cu->ctxSetCurrent(cu->context), which is cheap. */
     loom_cu_context context;
     loom_cu_stream stream;
 
@@ -106,8 +109,10 @@ typedef struct loom_cuda {
                               loom_cu_ptr ptr, uint64_t bytes);
     /* Bytes held now for `use` (LOOM_MEM_USE_COUNT: all). [any-thread] */
     uint64_t(LOOM_CUDA_API *used)(const struct loom_cuda *cu, loom_mem_use use);
-    /* The driver's name and text for a result. [any-thread] */
-    const char *(LOOM_CUDA_API *error_name)(loom_cu_result r);
+    /* The driver's name for a result ("CUDA_ERROR_OUT_OF_MEMORY"), never
+     * NULL. [any-thread] */
+    const char *(LOOM_CUDA_API *error_name)(const struct loom_cuda *cu,
+                                            loom_cu_result r);
 
     /* Driver entry points. */
     loom_cu_result(LOOM_CUDA_API *ctxSetCurrent)(loom_cu_context ctx);
@@ -141,9 +146,17 @@ typedef struct loom_cuda {
     loom_cu_result(LOOM_CUDA_API *moduleGetFunction)(loom_cu_function *f,
                                                      loom_cu_module m,
                                                      const char *name);
+    /* A __device__ / __constant__ variable of a module. */
+    loom_cu_result(LOOM_CUDA_API *moduleGetGlobal)(loom_cu_ptr *ptr,
+                                                   size_t *bytes,
+                                                   loom_cu_module m,
+                                                   const char *name);
     /* attrib: CUfunction_attribute (8 = max dynamic shared size bytes). */
     loom_cu_result(LOOM_CUDA_API *funcSetAttribute)(loom_cu_function f,
                                                     int attrib, int value);
+    /* attrib: CUfunction_attribute (4 = registers per thread). */
+    loom_cu_result(LOOM_CUDA_API *funcGetAttribute)(int *value, int attrib,
+                                                    loom_cu_function f);
     loom_cu_result(LOOM_CUDA_API *launchKernel)(
         loom_cu_function f, unsigned int gx, unsigned int gy, unsigned int gz,
         unsigned int bx, unsigned int by, unsigned int bz,
@@ -155,6 +168,9 @@ typedef struct loom_cuda {
         void **extra);
 
     loom_cu_result(LOOM_CUDA_API *streamSynchronize)(loom_cu_stream s);
+    loom_cu_result(LOOM_CUDA_API *streamWaitEvent)(loom_cu_stream s,
+                                                   loom_cu_event e,
+                                                   unsigned int flags);
     loom_cu_result(LOOM_CUDA_API *eventCreate)(loom_cu_event *e,
                                                unsigned int flags);
     loom_cu_result(LOOM_CUDA_API *eventDestroy)(loom_cu_event e);

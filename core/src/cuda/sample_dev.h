@@ -1,0 +1,50 @@
+/* The records the device sampler (sample.cu) and its C wrapper (sampler.c)
+ * share: one per row to draw, the sparse per-row lists, one per window to
+ * verify, one result per row. Plain C, read by nvcc and the C compiler. */
+#ifndef LOOM_CUDA_SAMPLE_DEV_H
+#define LOOM_CUDA_SAMPLE_DEV_H
+
+#include <stdint.h>
+
+#define LOOM__DS_THREADS 1024 /* one block per row */
+#define LOOM__DS_TOP     20   /* LOOM_MAX_TOP_LOGPROBS */
+
+typedef struct loom__ds_row {
+    uint64_t seed;
+    int32_t position;
+    int32_t logits_row; /* row of the logits view */
+    int32_t top_k;
+    int32_t n_logprobs; /* -1: none */
+    int32_t bias_off, n_bias;
+    int32_t pen_off, n_pen;
+    float temperature, top_p, min_p;
+    float repeat_penalty, presence, frequency;
+    int32_t pad;
+} loom__ds_row;
+
+typedef struct loom__ds_bias {
+    int32_t token;
+    float bias;
+} loom__ds_bias;
+
+typedef struct loom__ds_pen {
+    int32_t token, prompt_count, gen_count;
+} loom__ds_pen;
+
+typedef struct loom__ds_out {
+    int32_t token;
+    float logprob;
+    int32_t n_top;
+    int32_t pad;
+    int32_t top_token[LOOM__DS_TOP];
+    float top_logprob[LOOM__DS_TOP];
+} loom__ds_out;
+
+typedef struct loom__ds_window {
+    int32_t first; /* its first row */
+    int32_t n_draft;
+    int32_t draft_off; /* into the drafts list */
+    int32_t emit_off;  /* into the emitted tokens: n_draft + 1 slots */
+} loom__ds_window;
+
+#endif

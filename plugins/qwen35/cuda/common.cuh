@@ -1,0 +1,105 @@
+// Device helpers shared by the qwen35 kernels: weight loads as float32,
+// activations, and reductions whose order is fixed by the block shape alone
+// (never by how many rows a launch carries), so a row's result is the same
+// bit for bit whatever shares its launch. All arithmetic is float32; no fast
+// math (expf, sinf, cosf are the accurate ones).
+#ifndef QWEN35_CUDA_COMMON_CUH
+#define QWEN35_CUDA_COMMON_CUH
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "gpu_kernels.h"
+
+// BF16 -> float32 is exact (the upper half of the float's bits).
+__device__ __forceinline__ float q35_ld(const uint16_t *p, int64_t i)
+{
+    return __uint_as_float((uint32_t)p[i] << 16);
+}
+__device__ __forceinline__ float q35_ld(const __half *p, int64_t i)
+{
+    return __half2float(p[i]);
+}
+__device__ __forceinline__ float q35_ld(const float *p, int64_t i)
+{
+    return p[i];
+}
+
+// Eight consecutive weights as float32 from a 16-byte aligned address.
+__device__ __forceinline__ void q35_ld8(const uint16_t *p, float *o)
+{
+    uint4 u = *reinterpret_cast<const uint4 *>(p);
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        o[2 * i] = __uint_as_float(w[i] << 16);
+        o[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void q35_ld8(const __half *p, float *o)
+{
+    uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __half22float2(h[i]);
+        o[2 * i] = f.x;
+        o[2 * i + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void q35_ld8(const float *p, float *o)
+{
+    float4 a = *reinterpret_cast<const float4 *>(p);
+    float4 b = *reinterpret_cast<const float4 *>(p + 4);
+    o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w;
+    o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+}
+
+__device__ __forceinline__ float q35_sigmoid(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float q35_silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+// torch's threshold: x itself above 20
+__device__ __forceinline__ float q35_softplus(float x)
+{
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+
+// Sum over the warp, a fixed butterfly: every lane gets the same value.
+__device__ __forceinline__ float q35_warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float q35_warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block (every thread must call it; blockDim a multiple of 32,
+// at most 1024): warp sums, then the warp sums in warp order. `red` is 32
+// floats of shared memory. Every thread gets the result.
+__device__ __forceinline__ float q35_block_sum(float v, float *red)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int nw = (blockDim.x + 31) >> 5;
+    v = q35_warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float s = lane < nw ? red[lane] : 0.0f;
+    s = q35_warp_sum(s);
+    return s;
+}
+
+#endif

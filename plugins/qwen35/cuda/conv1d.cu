@@ -1,0 +1,90 @@
+// The causal depthwise conv1d of the Gated DeltaNet layers (K taps, no
+// bias, SiLU after), one thread per channel, each stream's rows in order
+// over its conv tail (the last K-1 pre-activation inputs, oldest first).
+// Rounding: s = sum_j w[j] * in[j] in float32, taps oldest first, as the CPU
+// path; the tail is copied, never rounded.
+#include "common.cuh"
+
+#define Q35_MAX_TAIL 7 // kernel widths up to 8
+
+extern "C" __global__ void q35_conv(const float *x, float *y, const float *w,
+                                    const q35_gpu_stream *streams,
+                                    const q35_gpu_row *rows, int slot, int cd,
+                                    int K, int n_lin, int log_size,
+                                    int log_conv)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cd)
+        return;
+    const q35_gpu_stream st = streams[blockIdx.y];
+    int kt = K - 1;
+    int64_t tail_n = (int64_t)kt * cd;
+    float *tail = reinterpret_cast<float *>(st.conv) + slot * tail_n;
+    const float *wc = w + (int64_t)c * K;
+    float t[Q35_MAX_TAIL];
+#pragma unroll
+    for (int j = 0; j < Q35_MAX_TAIL; j++)
+        t[j] = j < kt ? tail[(int64_t)j * cd + c] : 0.0f;
+    for (int k = 0; k < st.count; k++) {
+        int row = st.first + k;
+        if (k == st.snap_row) {
+            float *snap =
+                reinterpret_cast<float *>(st.snap_conv) + slot * tail_n;
+#pragma unroll
+            for (int j = 0; j < Q35_MAX_TAIL; j++)
+                if (j < kt)
+                    snap[(int64_t)j * cd + c] = t[j];
+        }
+        float xv = x[(int64_t)row * cd + c];
+        int li = rows[row].log;
+        if (li >= 0) {
+            float *log = reinterpret_cast<float *>(st.log) +
+                         ((int64_t)li * n_lin + slot) * log_size;
+            log[log_conv + c] = xv;
+        }
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < Q35_MAX_TAIL; j++)
+            if (j < kt)
+                s = fmaf(wc[j], t[j], s);
+        s = fmaf(wc[kt], xv, s);
+#pragma unroll
+        for (int j = 0; j + 1 < Q35_MAX_TAIL; j++)
+            if (j + 1 < kt)
+                t[j] = t[j + 1];
+        if (kt > 0) {
+#pragma unroll
+            for (int j = 0; j < Q35_MAX_TAIL; j++)
+                if (j == kt - 1)
+                    t[j] = xv;
+        }
+        y[(int64_t)row * cd + c] = q35_silu(s);
+    }
+#pragma unroll
+    for (int j = 0; j < Q35_MAX_TAIL; j++)
+        if (j < kt)
+            tail[(int64_t)j * cd + c] = t[j];
+}
+
+// commit(kept) on one cache: every GDN layer's tail becomes the last K-1 of
+// (the snapshot's tail, then the first `kept` logged inputs). Grid
+// (channels / block, n_lin).
+extern "C" __global__ void q35_conv_restore(float *conv, const float *snap,
+                                            const float *log, int kept, int cd,
+                                            int K, int n_lin, int log_size,
+                                            int log_conv)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int l = blockIdx.y;
+    if (c >= cd)
+        return;
+    int kt = K - 1;
+    int64_t tail_n = (int64_t)kt * cd;
+    for (int j = 0; j < kt; j++) {
+        int idx = kept + j; // in the sequence snapshot[0..kt) ++ log[0..kept)
+        float v = idx < kt ? snap[l * tail_n + (int64_t)idx * cd + c]
+                           : log[((int64_t)(idx - kt) * n_lin + l) * log_size +
+                                 log_conv + c];
+        conv[l * tail_n + (int64_t)j * cd + c] = v;
+    }
+}

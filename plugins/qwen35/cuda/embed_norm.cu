@@ -1,0 +1,51 @@
+// Embedding lookup and the RMSNorm of whole rows (input, post-attention and
+// final norms; the head's norm picks its rows through a map).
+#include "common.cuh"
+
+// h[t] = table[rows[t].token] as float32 (exact for BF16 and F16).
+template <typename W>
+__device__ void q35_embed_body(const W *table, const q35_gpu_row *rows,
+                               float *h, int H)
+{
+    int t = blockIdx.x;
+    const W *src = table + (int64_t)rows[t].token * H;
+    for (int i = threadIdx.x; i < H; i += blockDim.x)
+        h[(int64_t)t * H + i] = q35_ld(src, i);
+}
+
+extern "C" __global__ void
+q35_embed_bf16(const uint16_t *table, const q35_gpu_row *rows, float *h, int H)
+{
+    q35_embed_body(table, rows, h, H);
+}
+extern "C" __global__ void
+q35_embed_f16(const __half *table, const q35_gpu_row *rows, float *h, int H)
+{
+    q35_embed_body(table, rows, h, H);
+}
+extern "C" __global__ void
+q35_embed_f32(const float *table, const q35_gpu_row *rows, float *h, int H)
+{
+    q35_embed_body(table, rows, h, H);
+}
+
+// out[b] = x[map ? map[b] : b] * rsqrt(mean(x^2) + eps) * w, one block of
+// 1024 threads per row. Rounding: the sum of squares in float32 (per-thread
+// strided partial sums, then q35_block_sum), r = 1 / sqrtf(ss / n + eps) in
+// float32, then (x * r) * w rounded once per multiply as on the CPU.
+extern "C" __global__ void q35_rmsnorm(const float *x, const int *map,
+                                       float *out, const float *w, int n,
+                                       float eps)
+{
+    __shared__ float red[32];
+    int b = blockIdx.x;
+    const float *xr = x + (int64_t)(map ? map[b] : b) * n;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        ss = fmaf(xr[i], xr[i], ss);
+    ss = q35_block_sum(ss, red);
+    float r = 1.0f / sqrtf(ss / (float)n + eps);
+    float *o = out + (int64_t)b * n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        o[i] = __fmul_rn(__fmul_rn(xr[i], r), w[i]);
+}

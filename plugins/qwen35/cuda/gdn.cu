@@ -1,0 +1,216 @@
+// The gated delta rule of the Gated DeltaNet layers (spec 2.5-2.6): the
+// per-row preparation (l2-normalised q and k, beta, the decay), the
+// recurrence with the gated RMSNorm of its output, and the replay of logged
+// rows that commit uses. The state is float32 throughout.
+#include "common.cuh"
+
+// Per row, one block of 128 threads: q and k heads l2-normalised in place
+// (q also scaled by dk^-0.5), decay = exp(-exp(A_log) softplus(a + dt_bias)),
+// beta = sigmoid(b); a speculative row logs k, v, decay and beta.
+// Rounding: the sum of squares in float32 over a warp (fixed butterfly),
+// r = 1 / sqrtf(ss + 1e-6); q = (q * r) * dk^-0.5 rounded twice as on the CPU.
+extern "C" __global__ void
+q35_gdn_prep(float *y, const float *a, const float *b, float *decay,
+             float *beta, const float *neg_a, const float *dt_bias,
+             const q35_gpu_stream *streams, const q35_gpu_row *rows, int slot,
+             int Hk, int Hv, int dk, int dv, int n_lin, q35_gpu_log lay)
+{
+    int t = blockIdx.x;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int nw = blockDim.x >> 5;
+    int kd = Hk * dk, cd = 2 * kd + Hv * dv;
+    float *yr = y + (int64_t)t * cd;
+    float qscale = 1.0f / sqrtf((float)dk);
+    for (int v = warp; v < 2 * Hk; v += nw) {
+        float *x = yr + (int64_t)v * dk; // q heads, then k heads
+        float ss = 0.0f;
+        for (int i = lane; i < dk; i += 32)
+            ss = fmaf(x[i], x[i], ss);
+        ss = q35_warp_sum(ss);
+        float r = 1.0f / sqrtf(ss + 1e-6f);
+        for (int i = lane; i < dk; i += 32) {
+            float n = __fmul_rn(x[i], r);
+            x[i] = v < Hk ? __fmul_rn(n, qscale) : n;
+        }
+    }
+    for (int h = threadIdx.x; h < Hv; h += blockDim.x) {
+        float av = __fadd_rn(a[(int64_t)t * Hv + h], dt_bias[h]);
+        decay[(int64_t)t * Hv + h] =
+            expf(__fmul_rn(neg_a[h], q35_softplus(av)));
+        beta[(int64_t)t * Hv + h] = q35_sigmoid(b[(int64_t)t * Hv + h]);
+    }
+    int li = rows[t].log;
+    if (li < 0)
+        return;
+    __syncthreads();
+    const q35_gpu_stream st = streams[rows[t].stream];
+    float *log = reinterpret_cast<float *>(st.log) +
+                 ((int64_t)li * n_lin + slot) * lay.size;
+    for (int i = threadIdx.x; i < kd; i += blockDim.x)
+        log[lay.k + i] = yr[kd + i];
+    for (int i = threadIdx.x; i < Hv * dv; i += blockDim.x)
+        log[lay.v + i] = yr[2 * kd + i];
+    for (int h = threadIdx.x; h < Hv; h += blockDim.x) {
+        log[lay.decay + h] = decay[(int64_t)t * Hv + h];
+        log[lay.beta + h] = beta[(int64_t)t * Hv + h];
+    }
+}
+
+// The recurrence's block shape: value column j of the head's state S
+// [dk, dv] is split over P = ceil(dk / 32) threads, part p holding rows
+// [32p, 32p + 32) in registers; thread t is (p = t / vw, j = t % vw) with vw
+// = dv rounded up to 32. Sums over the rows (S^T k, S^T q) are each part's
+// rows in order (float32 fma), then the P part sums in part order: an order
+// fixed by dk alone.
+#define Q35_GDN_PART 32
+
+struct q35_gdn_shape {
+    int P, vw, p, j, i0;
+    bool on;
+};
+
+__device__ __forceinline__ q35_gdn_shape q35_gdn_shape_of(int dk, int dv)
+{
+    q35_gdn_shape sh;
+    sh.P = (dk + Q35_GDN_PART - 1) / Q35_GDN_PART;
+    sh.vw = (dv + 31) / 32 * 32;
+    sh.p = threadIdx.x / sh.vw;
+    sh.j = threadIdx.x % sh.vw;
+    sh.i0 = sh.p * Q35_GDN_PART;
+    sh.on = sh.j < dv;
+    return sh;
+}
+
+// sum over the rows of x[i] * s[i], all parts: every thread of column j
+// gets the same value. part: P * vw floats of shared memory.
+__device__ __forceinline__ float q35_gdn_dot(const float *s, const float *x,
+                                             int dk, const q35_gdn_shape &sh,
+                                             float *part)
+{
+    float acc = 0.0f;
+#pragma unroll
+    for (int ii = 0; ii < Q35_GDN_PART; ii++)
+        if (sh.i0 + ii < dk)
+            acc = __fmaf_rn(x[sh.i0 + ii], s[ii], acc);
+    part[sh.p * sh.vw + sh.j] = acc;
+    __syncthreads();
+    float tot = 0.0f;
+    for (int q = 0; q < sh.P; q++)
+        tot = __fadd_rn(tot, part[q * sh.vw + sh.j]);
+    __syncthreads(); // part is reused by the next sum
+    return tot;
+}
+
+// One delta-rule step on this thread's rows of column j: S *= decay;
+// kv = S^T k; d = (v - kv) * beta; S += k d^T. Every operation is an
+// explicitly rounded intrinsic, so the forward and the commit replay
+// (separate kernels) change the state bit for bit alike.
+__device__ __forceinline__ void q35_gdn_step(float *s, const float *k, float v,
+                                             float dec, float bet, int dk,
+                                             const q35_gdn_shape &sh,
+                                             float *part)
+{
+#pragma unroll
+    for (int ii = 0; ii < Q35_GDN_PART; ii++)
+        s[ii] = __fmul_rn(s[ii], dec);
+    float kv = q35_gdn_dot(s, k, dk, sh, part);
+    float d = __fmul_rn(__fsub_rn(v, kv), bet);
+#pragma unroll
+    for (int ii = 0; ii < Q35_GDN_PART; ii++)
+        if (sh.i0 + ii < dk)
+            s[ii] = __fmaf_rn(k[sh.i0 + ii], d, s[ii]);
+}
+
+__device__ __forceinline__ void q35_gdn_load(float *s, const float *S, int dk,
+                                             int dv, const q35_gdn_shape &sh)
+{
+#pragma unroll
+    for (int ii = 0; ii < Q35_GDN_PART; ii++)
+        s[ii] = sh.on && sh.i0 + ii < dk ? S[(int64_t)(sh.i0 + ii) * dv + sh.j]
+                                         : 0.0f;
+}
+
+__device__ __forceinline__ void q35_gdn_store(const float *s, float *S, int dk,
+                                              int dv, const q35_gdn_shape &sh)
+{
+    if (!sh.on)
+        return;
+#pragma unroll
+    for (int ii = 0; ii < Q35_GDN_PART; ii++)
+        if (sh.i0 + ii < dk)
+            S[(int64_t)(sh.i0 + ii) * dv + sh.j] = s[ii];
+}
+
+// The recurrence over each stream's rows in order: block (value head h,
+// stream) of P * vw threads. Output o_j = S^T q, then the gated RMSNorm
+// over the head's dv outputs: (w_j * (o_j * r)) * silu(z_j), r = 1 /
+// sqrtf(mean(o^2) + eps), the mean from q35_block_sum (fixed order).
+extern "C" __global__ void __launch_bounds__(512)
+    q35_gdn_rec(const float *y, const float *z, float *o, const float *decay,
+                const float *beta, const float *gnorm,
+                const q35_gpu_stream *streams, int slot, int Hk, int Hv, int dk,
+                int dv, float eps)
+{
+    __shared__ float sq[256], sk[256], part[512], red[32];
+    q35_gdn_shape sh = q35_gdn_shape_of(dk, dv);
+    int h = blockIdx.x, j = sh.j;
+    const q35_gpu_stream st = streams[blockIdx.y];
+    int kh = h / (Hv / Hk);
+    int kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd;
+    int64_t hoff = ((int64_t)slot * Hv + h) * dk * dv;
+    float *S = reinterpret_cast<float *>(st.state) + hoff;
+    float s[Q35_GDN_PART];
+    q35_gdn_load(s, S, dk, dv, sh);
+    for (int k = 0; k < st.count; k++) {
+        int row = st.first + k;
+        if (k == st.snap_row)
+            q35_gdn_store(s, reinterpret_cast<float *>(st.snap_state) + hoff,
+                          dk, dv, sh);
+        const float *yr = y + (int64_t)row * cd;
+        __syncthreads();
+        for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+            sq[i] = yr[kh * dk + i];
+            sk[i] = yr[kd + kh * dk + i];
+        }
+        __syncthreads();
+        float v = sh.on ? yr[2 * kd + h * dv + j] : 0.0f;
+        q35_gdn_step(s, sk, v, decay[(int64_t)row * Hv + h],
+                     beta[(int64_t)row * Hv + h], dk, sh, part);
+        float oj = q35_gdn_dot(s, sq, dk, sh, part);
+        bool out = sh.on && sh.p == 0;
+        float ss = q35_block_sum(out ? __fmul_rn(oj, oj) : 0.0f, red);
+        float r = 1.0f / sqrtf(ss / (float)dv + eps);
+        if (out) {
+            int64_t at = (int64_t)row * vd + h * dv + j;
+            o[at] = __fmul_rn(__fmul_rn(gnorm[j], __fmul_rn(oj, r)),
+                              q35_silu(z[at]));
+        }
+    }
+    q35_gdn_store(s, S, dk, dv, sh);
+}
+
+// commit(kept) on one cache: each GDN layer's state restarts from its
+// snapshot and takes the first `kept` logged steps. Block (value head,
+// layer), the shape of q35_gdn_rec.
+extern "C" __global__ void __launch_bounds__(512)
+    q35_gdn_replay(float *state, const float *snap, const float *log, int kept,
+                   int Hk, int Hv, int dk, int dv, int n_lin, q35_gpu_log lay)
+{
+    __shared__ float sk[256], part[512];
+    q35_gdn_shape sh = q35_gdn_shape_of(dk, dv);
+    int h = blockIdx.x, l = blockIdx.y;
+    int kh = h / (Hv / Hk);
+    int64_t hoff = ((int64_t)l * Hv + h) * dk * dv;
+    float s[Q35_GDN_PART];
+    q35_gdn_load(s, snap + hoff, dk, dv, sh);
+    for (int r = 0; r < kept; r++) {
+        const float *e = log + ((int64_t)r * n_lin + l) * lay.size;
+        __syncthreads();
+        for (int i = threadIdx.x; i < dk; i += blockDim.x)
+            sk[i] = e[lay.k + kh * dk + i];
+        __syncthreads();
+        float v = sh.on ? e[lay.v + h * dv + sh.j] : 0.0f;
+        q35_gdn_step(s, sk, v, e[lay.decay + h], e[lay.beta + h], dk, sh, part);
+    }
+    q35_gdn_store(s, state + hoff, dk, dv, sh);
+}

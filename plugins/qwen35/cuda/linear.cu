@@ -1,0 +1,161 @@
+// Linear layers on decode rows: y[t, r] = W[r, :] . x[t, :] with W BF16 (or
+// F16/F32) and x, y float32. One warp per output row r, one launch tile of
+// up to 8 token rows sharing each weight load; small matrices split each
+// row over several warps.
+//
+// Rounding and order: weights are exact in float32 after the load; each
+// lane accumulates its own columns (its 256-column chunks in order, the 8 of
+// each in order) with fmaf in float32, the 32 lane sums are added by a
+// fixed butterfly, then a row's warp parts in part order. A row's sum
+// therefore depends on W[r] and x[t] alone, not on how many rows the launch
+// or its tile carries: a window's rows are bit for bit the one-row steps,
+// whatever else shares the round.
+#include "common.cuh"
+
+#define Q35_TILE 8
+
+// One lane's 8 columns from c, for each token of the tile, in order.
+__device__ __forceinline__ void q35_linear_chunk(const float *x, int ldx,
+                                                 int t0, int nt, int c,
+                                                 const float *wv,
+                                                 const float *wv2, bool two,
+                                                 float *acc, float *acc2)
+{
+#pragma unroll
+    for (int k = 0; k < Q35_TILE; k++) {
+        if (k < nt) {
+            const float *xr = x + (int64_t)(t0 + k) * ldx + c;
+            float4 a = *reinterpret_cast<const float4 *>(xr);
+            float4 b = *reinterpret_cast<const float4 *>(xr + 4);
+            float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                acc[k] = fmaf(wv[i], xv[i], acc[k]);
+            if (two) {
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    acc2[k] = fmaf(wv2[i], xv[i], acc2[k]);
+            }
+        }
+    }
+}
+
+// mode: 0 y = s; 1 y += s (a residual add); 2 y = silu(s) * s2 (SwiGLU,
+// s2 from w2). sel (MoE): the block's one row (tile 1) uses expert
+// sel[t * sel_stride] of w, w2, whose experts lie `estride` elements apart.
+// wpr (1, 2, 4 or 8, chosen from the weight's shape alone): warps per
+// output row; warp part q of a row takes the 256-column chunks q, q + wpr,
+// ..., and the parts' sums are added in part order.
+template <typename W>
+__device__ void q35_linear_body(const W *w, const W *w2, const float *x,
+                                int ldx, float *y, int ldy, int rows, int cols,
+                                int T, int tile, int mode, const int *sel,
+                                int sel_stride, int64_t estride, int wpr)
+{
+    __shared__ float red[8][Q35_TILE][2];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int part = warp % wpr;
+    int r = blockIdx.x * (8 / wpr) + warp / wpr;
+    int t0 = blockIdx.y * tile;
+    int nt = min(tile, T - t0);
+    bool live = r < rows && nt > 0;
+    float acc[Q35_TILE], acc2[Q35_TILE];
+#pragma unroll
+    for (int k = 0; k < Q35_TILE; k++)
+        acc[k] = acc2[k] = 0.0f;
+    const W *wr = nullptr, *wr2 = nullptr;
+    if (live) {
+        int64_t off = (int64_t)r * cols;
+        if (sel)
+            off += (int64_t)sel[(int64_t)t0 * sel_stride] * estride;
+        wr = w + off;
+        wr2 = mode == 2 ? w2 + off : nullptr;
+    }
+    bool vec = (cols & 7) == 0 && (ldx & 3) == 0;
+    int step = 256 * wpr;
+    if (live && vec) {
+        int c = lane * 8 + part * 256;
+        // four chunks per step: their loads are in flight together, the
+        // sums still take the chunks in column order
+        for (; c + 3 * step < cols; c += 4 * step) {
+            float wv[4][8], wv2[4][8];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                q35_ld8(wr + c + u * step, wv[u]);
+                if (wr2)
+                    q35_ld8(wr2 + c + u * step, wv2[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                q35_linear_chunk(x, ldx, t0, nt, c + u * step, wv[u], wv2[u],
+                                 wr2 != nullptr, acc, acc2);
+        }
+        for (; c < cols; c += step) {
+            float wv[8], wv2[8];
+            q35_ld8(wr + c, wv);
+            if (wr2)
+                q35_ld8(wr2 + c, wv2);
+            q35_linear_chunk(x, ldx, t0, nt, c, wv, wv2, wr2 != nullptr, acc,
+                             acc2);
+        }
+    } else if (live) {
+        for (int c = lane + part * 32; c < cols; c += 32 * wpr) {
+            float wv = q35_ld(wr, c);
+            float wv2 = wr2 ? q35_ld(wr2, c) : 0.0f;
+#pragma unroll
+            for (int k = 0; k < Q35_TILE; k++) {
+                if (k < nt) {
+                    float xv = x[(int64_t)(t0 + k) * ldx + c];
+                    acc[k] = fmaf(wv, xv, acc[k]);
+                    acc2[k] = fmaf(wv2, xv, acc2[k]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < Q35_TILE; k++) {
+        if (k < nt) {
+            float s = q35_warp_sum(acc[k]);
+            float s2 = q35_warp_sum(acc2[k]);
+            if (lane == 0) {
+                red[warp][k][0] = s;
+                red[warp][k][1] = s2;
+            }
+        }
+    }
+    if (wpr > 1)
+        __syncthreads();
+    if (!live || part != 0 || lane != 0)
+        return;
+#pragma unroll
+    for (int k = 0; k < Q35_TILE; k++) {
+        if (k < nt) {
+            float s = red[warp][k][0], s2 = red[warp][k][1];
+            for (int q = 1; q < wpr; q++) {
+                s = __fadd_rn(s, red[warp + q][k][0]);
+                s2 = __fadd_rn(s2, red[warp + q][k][1]);
+            }
+            float *o = y + (int64_t)(t0 + k) * ldy + r;
+            if (mode == 0)
+                *o = s;
+            else if (mode == 1)
+                *o = __fadd_rn(*o, s);
+            else
+                *o = __fmul_rn(q35_silu(s), s2);
+        }
+    }
+}
+
+#define Q35_LINEAR(name, W)                                                    \
+    extern "C" __global__ void name(                                           \
+        const W *w, const W *w2, const float *x, int ldx, float *y, int ldy,   \
+        int rows, int cols, int T, int tile, int mode, const int *sel,         \
+        int sel_stride, long long estride, int wpr)                            \
+    {                                                                          \
+        q35_linear_body(w, w2, x, ldx, y, ldy, rows, cols, T, tile, mode, sel, \
+                        sel_stride, (int64_t)estride, wpr);                    \
+    }
+
+Q35_LINEAR(q35_linear_bf16, uint16_t)
+Q35_LINEAR(q35_linear_f16, __half)
+Q35_LINEAR(q35_linear_f32, float)

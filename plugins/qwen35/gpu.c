@@ -1,0 +1,439 @@
+/* The qwen35 model's device half: the module from the embedded fatbin, its
+ * kernels, every weight uploaded once into one LOOM_MEM_WEIGHTS block (BF16
+ * linear weights as stored, F16/F32 ones as stored too; norms and other
+ * small vectors as the float32 multipliers the CPU path uses), and the
+ * activation scratch for max_rows rows. */
+#include "gpu.h"
+
+#include <loom/fatbin.h>
+#include <stdlib.h>
+
+loom_status q35_gpu_check(const q35_gpu *g, loom_cu_result r, const char *what,
+                          loom_err *err)
+{
+    if (r == 0)
+        return LOOM_OK;
+    return loom_err_set(err, LOOM_ERR_DEVICE, "qwen35 cuda: %s: %s", what,
+                        g->cu->error_name(g->cu, r));
+}
+
+loom_status q35_gpu_launch(const q35_gpu *g, loom_cu_function f, unsigned gx,
+                           unsigned gy, unsigned bx, unsigned smem, void **args,
+                           const char *what, loom_err *err)
+{
+    if (gx == 0 || gy == 0)
+        return LOOM_OK;
+    return q35_gpu_check(g,
+                         g->cu->launchKernel(f, gx, gy, 1, bx, 1, 1, smem,
+                                             g->cu->stream, args, NULL),
+                         what, err);
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
+{
+    static const char *const dt[3] = {"bf16", "f16", "f32"};
+    struct {
+        loom_cu_function *f;
+        char name[32];
+    } t[64];
+    int n = 0;
+    q35_gpu_fns *F = &g->fn;
+    for (int i = 0; i < 3; i++) {
+        t[n].f = &F->embed[i];
+        snprintf(t[n++].name, 32, "q35_embed_%s", dt[i]);
+        t[n].f = &F->linear[i];
+        snprintf(t[n++].name, 32, "q35_linear_%s", dt[i]);
+    }
+#define Q35_FN(member, nm)                                                     \
+    t[n].f = &F->member;                                                       \
+    snprintf(t[n++].name, 32, "%s", nm)
+    Q35_FN(rmsnorm, "q35_rmsnorm");
+    Q35_FN(conv, "q35_conv");
+    Q35_FN(conv_restore, "q35_conv_restore");
+    Q35_FN(gdn_prep, "q35_gdn_prep");
+    Q35_FN(gdn_rec, "q35_gdn_rec");
+    Q35_FN(gdn_replay, "q35_gdn_replay");
+    Q35_FN(attn_prep, "q35_attn_prep");
+    Q35_FN(attention, "q35_attention");
+    Q35_FN(gather, "q35_gather");
+    Q35_FN(add, "q35_add");
+    Q35_FN(next_split, "q35_next_split");
+    Q35_FN(moe_route, "q35_moe_route");
+    Q35_FN(moe_axpy, "q35_moe_axpy");
+#undef Q35_FN
+    for (int i = 0; i < n; i++) {
+        loom_cu_result r =
+            g->cu->moduleGetFunction(t[i].f, g->module, t[i].name);
+        if (r != 0)
+            return loom_err_set(err, LOOM_ERR_DEVICE,
+                                "qwen35 cuda: kernel %s: %s", t[i].name,
+                                g->cu->error_name(g->cu, r));
+    }
+    return LOOM_OK;
+}
+
+/* ---------------------------------------------------------------- weights */
+
+/* Places buffers in one device block: a first pass (dry) only counts. */
+typedef struct q35_arena {
+    const q35_gpu *g;
+    loom_cu_ptr base;
+    uint64_t off;
+    int dry;
+    loom_status st;
+    loom_err *err;
+} q35_arena;
+
+static loom_cu_ptr q35_put(q35_arena *a, const void *src, uint64_t bytes)
+{
+    loom_cu_ptr p = a->base + a->off;
+    a->off += (bytes + 255) / 256 * 256;
+    if (a->dry || a->st != LOOM_OK || bytes == 0)
+        return a->dry ? 0 : p;
+    a->st = q35_gpu_check(
+        a->g, a->g->cu->memcpyHtoDAsync(p, src, bytes, a->g->cu->stream),
+        "uploading weights", a->err);
+    return p;
+}
+
+static uint64_t q35_lin_bytes(const loom_weight *w)
+{
+    return (uint64_t)w->rows * (uint64_t)w->cols *
+           (w->dtype == LOOM_DTYPE_F32 ? 4u : 2u);
+}
+
+static void q35_put_lin(q35_arena *a, const loom_weight *w, q35_gpu_lin *out)
+{
+    if (!w->data) {
+        memset(out, 0, sizeof *out);
+        return;
+    }
+    out->p = q35_put(a, w->data, q35_lin_bytes(w));
+    out->dtype = w->dtype;
+    out->rows = (int32_t)w->rows;
+    out->cols = (int32_t)w->cols;
+}
+
+/* n experts' weights (one of gate/up/down) back to back. */
+static void q35_put_experts(q35_arena *a, const q35_expert *ex, int64_t n,
+                            size_t member, q35_gpu_lin *out)
+{
+    const loom_weight *w0 = (const loom_weight *)((const char *)ex + member);
+    uint64_t one = q35_lin_bytes(w0);
+    loom_cu_ptr p = a->base + a->off;
+    a->off += (one * (uint64_t)n + 255) / 256 * 256;
+    for (int64_t e = 0; !a->dry && a->st == LOOM_OK && e < n; e++) {
+        const loom_weight *w =
+            (const loom_weight *)((const char *)&ex[e] + member);
+        a->st = q35_gpu_check(a->g,
+                              a->g->cu->memcpyHtoDAsync(p + (uint64_t)e * one,
+                                                        w->data, one,
+                                                        a->g->cu->stream),
+                              "uploading experts", a->err);
+    }
+    out->p = a->dry ? 0 : p;
+    out->dtype = w0->dtype;
+    out->rows = (int32_t)w0->rows;
+    out->cols = (int32_t)w0->cols;
+}
+
+static loom_cu_ptr q35_put_f(q35_arena *a, const float *v, int64_t n)
+{
+    return v ? q35_put(a, v, (uint64_t)n * sizeof(float)) : 0;
+}
+
+static void q35_place_weights(loom_model *m, q35_arena *a)
+{
+    q35_gpu *g = m->gpu;
+    const q35_geometry *G = &m->g;
+    q35_weights *w = &m->w;
+    int64_t H = G->hidden;
+    q35_put_lin(a, &w->embed, &g->embed);
+    if (G->tied)
+        g->lm_head = g->embed;
+    else
+        q35_put_lin(a, &w->lm_head, &g->lm_head);
+    g->norm = q35_put_f(a, w->norm, H);
+    g->inv_freq = q35_put_f(a, m->inv_freq, G->rot_dim / 2);
+    for (int64_t i = 0; i < G->n_layers; i++) {
+        const q35_layer *L = &w->layers[i];
+        q35_gpu_layer *D = &g->layers[i];
+        D->in_norm = q35_put_f(a, L->in_norm, H);
+        D->post_norm = q35_put_f(a, L->post_norm, H);
+        if (L->kind == 'A') {
+            q35_put_lin(a, &L->q_proj, &D->q);
+            q35_put_lin(a, &L->k_proj, &D->k);
+            q35_put_lin(a, &L->v_proj, &D->v);
+            q35_put_lin(a, &L->o_proj, &D->o);
+            D->q_norm = q35_put_f(a, L->q_norm, G->head_dim);
+            D->k_norm = q35_put_f(a, L->k_norm, G->head_dim);
+        } else {
+            q35_put_lin(a, &L->in_qkv, &D->qkv);
+            q35_put_lin(a, &L->in_z, &D->z);
+            q35_put_lin(a, &L->in_b, &D->b);
+            q35_put_lin(a, &L->in_a, &D->a);
+            q35_put_lin(a, &L->in_qkvz, &D->qkvz);
+            q35_put_lin(a, &L->in_ba, &D->ba);
+            q35_put_lin(a, &L->out_proj, &D->out);
+            D->conv_w =
+                q35_put_f(a, L->conv_w, q35_conv_dim(G) * G->conv_kernel);
+            D->neg_a = q35_put_f(a, L->neg_a, G->lin_v_heads);
+            D->dt_bias = q35_put_f(a, L->dt_bias, G->lin_v_heads);
+            D->gnorm = q35_put_f(a, L->gnorm, G->lin_dv);
+        }
+        if (L->moe) {
+            q35_put_lin(a, &L->router, &D->router);
+            q35_put_experts(a, L->experts, G->n_experts,
+                            offsetof(q35_expert, gate), &D->ex_gate);
+            q35_put_experts(a, L->experts, G->n_experts,
+                            offsetof(q35_expert, up), &D->ex_up);
+            q35_put_experts(a, L->experts, G->n_experts,
+                            offsetof(q35_expert, down), &D->ex_down);
+            q35_put_lin(a, &L->sh_gate, &D->sh_gate);
+            q35_put_lin(a, &L->sh_up, &D->sh_up);
+            q35_put_lin(a, &L->sh_down, &D->sh_down);
+            q35_put_lin(a, &L->sh_gate_w, &D->sh_gate_w);
+        } else {
+            q35_put_lin(a, &L->gate, &D->gate);
+            q35_put_lin(a, &L->up, &D->up);
+            q35_put_lin(a, &L->down, &D->down);
+        }
+    }
+}
+
+/* Refuses what the kernels do not take: quantized weights, shapes past the
+ * kernels' register tiles. */
+static loom_status q35_gpu_supported(loom_model *m, loom_err *err)
+{
+    const q35_geometry *G = &m->g;
+    q35_weights *w = &m->w;
+    const loom_weight *ws[] = {&w->embed, &w->lm_head};
+    for (int i = 0; i < 2; i++)
+        if (ws[i]->bits)
+            return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                                "qwen35: affine-%d weights are not supported "
+                                "on cuda yet",
+                                ws[i]->bits);
+    for (int64_t i = 0; i < G->n_layers; i++) {
+        const q35_layer *L = &w->layers[i];
+        const loom_weight *all[] = {
+            &L->q_proj,   &L->k_proj, &L->v_proj,  &L->o_proj,   &L->in_qkv,
+            &L->in_z,     &L->in_b,   &L->in_a,    &L->in_qkvz,  &L->in_ba,
+            &L->out_proj, &L->gate,   &L->up,      &L->down,     &L->router,
+            &L->sh_gate,  &L->sh_up,  &L->sh_down, &L->sh_gate_w};
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++)
+            if (all[k]->data && all[k]->bits)
+                return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                                    "qwen35: affine-%d weights are not "
+                                    "supported on cuda yet",
+                                    all[k]->bits);
+        for (int64_t e = 0; L->experts && e < G->n_experts; e++)
+            if (L->experts[e].gate.bits)
+                return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                                    "qwen35: affine-%d weights are not "
+                                    "supported on cuda yet",
+                                    L->experts[e].gate.bits);
+    }
+    if (G->head_dim > 256 || G->lin_dk > 256 ||
+        (G->lin_dk + 31) / 32 * ((G->lin_dv + 31) / 32 * 32) > 512 ||
+        G->conv_kernel > 8 || G->conv_kernel < 1)
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "qwen35 cuda: head_dim %lld, linear key/value "
+                            "head dims %lld/%lld, conv kernel %lld: the "
+                            "kernels take head_dim <= 256, dk <= 256, "
+                            "ceil(dk/32) * dv <= 512, conv kernel <= 8",
+                            (long long)G->head_dim, (long long)G->lin_dk,
+                            (long long)G->lin_dv, (long long)G->conv_kernel);
+    return LOOM_OK;
+}
+
+/* ---------------------------------------------------------------- scratch */
+
+static int64_t q35_imax(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
+{
+    q35_gpu *g = m->gpu;
+    const q35_geometry *G = &m->g;
+    q35_gpu_scratch *s = &g->s;
+    int64_t R = m->max_rows, H = G->hidden;
+    int64_t kd = q35_key_dim(G), vd = q35_value_dim(G), cd = q35_conv_dim(G);
+    int64_t big = q35_imax(2 * G->n_heads * G->head_dim, cd);
+    big = q35_imax(big, 2 * kd + 2 * vd);
+    big = q35_imax(big, G->ffn);
+    big = q35_imax(big, q35_imax(G->moe_ffn, G->shared_ffn));
+    big = q35_imax(big, H);
+    big = q35_imax(big, 2 * G->lin_v_heads);
+    g->big = big;
+    int64_t ow = q35_imax(vd, G->n_heads * G->head_dim);
+    int64_t E = G->n_experts + 1, K = G->top_k + 1;
+    int64_t Hv = G->lin_v_heads;
+    /* floats of each buffer, in the order of the members */
+    int64_t sizes[] = {R * H,
+                       R * H,
+                       R * big,
+                       R * big,
+                       R * big,
+                       R * cd,
+                       R * ow,
+                       R * vd,
+                       R * Hv,
+                       R * Hv,
+                       R * Hv,
+                       R * Hv,
+                       R * E,
+                       R * K,
+                       R * K,
+                       R * H,
+                       R * H,
+                       R,
+                       R * (int64_t)(sizeof(q35_gpu_row) / 4),
+                       R * (int64_t)(sizeof(q35_gpu_stream) / 4)};
+    loom_cu_ptr *dst[] = {&s->h,    &s->xn,       &s->big0,  &s->big1,
+                          &s->big2, &s->conv_out, &s->o,     &s->z,
+                          &s->b,    &s->a,        &s->decay, &s->beta,
+                          &s->prob, &s->sel,      &s->wsel,  &s->gout,
+                          &s->proj, &s->shg,      &s->rows,  &s->streams};
+    int n = (int)(sizeof sizes / sizeof *sizes);
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += ((uint64_t)sizes[i] * 4 + 255) / 256 * 256;
+    loom_status st = g->cu->alloc(g->cu, LOOM_MEM_SCRATCH, total, &s->block,
+                                  (struct loom_err *)err);
+    if (st != LOOM_OK)
+        return st;
+    s->bytes = total;
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        *dst[i] = s->block + off;
+        off += ((uint64_t)sizes[i] * 4 + 255) / 256 * 256;
+    }
+    int64_t host = R * (int64_t)(sizeof *g->rows + sizeof *g->dstreams +
+                                 sizeof *g->dev_of);
+    st = m->host->account(m->host, LOOM_MEM_HOST, LOOM_MEM_SCRATCH, host, err);
+    if (st != LOOM_OK)
+        return st;
+    g->host_bytes = host;
+    g->rows = malloc((size_t)R * sizeof *g->rows);
+    g->dstreams = malloc((size_t)R * sizeof *g->dstreams);
+    g->dev_of = malloc((size_t)R * sizeof *g->dev_of);
+    if (!g->rows || !g->dstreams || !g->dev_of)
+        return loom_err_set(err, LOOM_ERR_NOMEM, "qwen35: no memory");
+    return LOOM_OK;
+}
+
+/* ---------------------------------------------------------------- open */
+
+void q35_gpu_close(loom_model *m)
+{
+    q35_gpu *g = m->gpu;
+    if (!g)
+        return;
+    const loom_cuda *cu = g->cu;
+    cu->ctxSetCurrent(cu->context);
+    /* nothing may still read what is freed */
+    cu->streamSynchronize(cu->stream);
+    q35_gpu_graphs_free(g);
+    cu->free(cu, LOOM_MEM_WEIGHTS, g->weights, g->weights_bytes);
+    cu->free(cu, LOOM_MEM_SCRATCH, g->s.block, g->s.bytes);
+    cu->free(cu, LOOM_MEM_SCRATCH, g->s.logits, g->s.logits_bytes);
+    cu->free(cu, LOOM_MEM_SCRATCH, g->s.taps, g->s.taps_bytes);
+    cu->free(cu, LOOM_MEM_SCRATCH, g->s.maps, g->s.maps_bytes);
+    /* giving bytes back is never refused */
+    if (g->host_bytes)
+        (void)m->host->account(m->host, LOOM_MEM_HOST, LOOM_MEM_SCRATCH,
+                               -g->host_bytes, NULL);
+    if (g->module)
+        cu->moduleUnload(g->module);
+    free(g->layers);
+    free(g->rows);
+    free(g->dstreams);
+    free(g->dev_of);
+    free(g->maps);
+    free(g);
+    m->gpu = NULL;
+}
+
+/* The kernels of the fatbin embedded at build time. */
+static loom_status q35_gpu_module(q35_gpu *g, loom_err *err)
+{
+#if LOOM_HAVE_CUDA
+    return q35_gpu_check(g, g->cu->moduleLoadData(&g->module, LOOM_FATBIN),
+                         "loading the qwen35 fatbin", err);
+#else
+    (void)g;
+    return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                        "qwen35: built without CUDA kernels (no nvcc at "
+                        "build time); use the CPU device");
+#endif
+}
+
+loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
+                         loom_err *err)
+{
+    (void)opt;
+    const loom_cuda *cu = m->host->cuda ? m->host->cuda(m->host) : NULL;
+    if (!cu)
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "qwen35: --device cuda, but the host has no CUDA "
+                            "device");
+    if (cu->struct_size < sizeof(loom_cuda))
+        return loom_err_set(err, LOOM_ERR_ABI,
+                            "qwen35: the host's loom.cuda/1 table is %u "
+                            "bytes, older than the %zu this plugin needs",
+                            cu->struct_size, sizeof(loom_cuda));
+    loom_status st = q35_gpu_supported(m, err);
+    if (st != LOOM_OK)
+        return st;
+    q35_gpu *g = calloc(1, sizeof *g);
+    if (!g)
+        return loom_err_set(err, LOOM_ERR_NOMEM, "qwen35: no memory");
+    m->gpu = g;
+    g->cu = cu;
+    const q35_geometry *G = &m->g;
+    g->layers = calloc((size_t)G->n_layers, sizeof *g->layers);
+    if (!g->layers) {
+        st = loom_err_set(err, LOOM_ERR_NOMEM, "qwen35: no memory");
+        goto fail;
+    }
+    cu->ctxSetCurrent(cu->context);
+    st = q35_gpu_module(g, err);
+    if (st == LOOM_OK)
+        st = q35_gpu_functions(g, err);
+    if (st != LOOM_OK)
+        goto fail;
+    g->gdn_threads =
+        (unsigned)((G->lin_dk + 31) / 32 * ((G->lin_dv + 31) / 32 * 32));
+    g->lay = (q35_gpu_log){(int32_t)m->log.conv, (int32_t)m->log.k,
+                           (int32_t)m->log.v,    (int32_t)m->log.decay,
+                           (int32_t)m->log.beta, (int32_t)m->log.size};
+    q35_arena a = {g, 0, 0, 1, LOOM_OK, err};
+    q35_place_weights(m, &a);
+    uint64_t bytes = a.off;
+    st = cu->alloc(cu, LOOM_MEM_WEIGHTS, bytes, &g->weights,
+                   (struct loom_err *)err);
+    if (st != LOOM_OK)
+        goto fail;
+    g->weights_bytes = bytes;
+    a = (q35_arena){g, g->weights, 0, 0, LOOM_OK, err};
+    q35_place_weights(m, &a);
+    if ((st = a.st) != LOOM_OK)
+        goto fail;
+    if ((st = q35_gpu_scratch_alloc(m, err)) != LOOM_OK)
+        goto fail;
+    st = q35_gpu_check(g, cu->streamSynchronize(cu->stream),
+                       "uploading weights", err);
+    if (st != LOOM_OK)
+        goto fail;
+    m->host->log(m->host, LOOM_LOG_INFO, "qwen35: %llu bytes of weights on %s",
+                 (unsigned long long)bytes, cu->name);
+    return LOOM_OK;
+fail:
+    q35_gpu_close(m);
+    return st;
+}

@@ -1,0 +1,134 @@
+/* The CUDA path of the Qwen3.5 / Qwen3-Next family: weights uploaded once at
+ * open, per-stream device caches, and the forward as launches of the
+ * kernels in cuda/ (.cu files) on the host's stream (loom.cuda/1). Plain C: the
+ * kernels come from the fatbin embedded in the plugin. */
+#ifndef QWEN35_GPU_H
+#define QWEN35_GPU_H
+
+#include <loom/cuda.h>
+
+#include "gpu_kernels.h"
+#include "qwen35.h"
+
+/* A linear weight on the device: [rows, cols] of dtype, or for experts
+ * `n` of them, `rows * cols` elements apart. */
+typedef struct q35_gpu_lin {
+    loom_cu_ptr p;
+    loom_dtype dtype;
+    int32_t rows, cols;
+} q35_gpu_lin;
+
+typedef struct q35_gpu_layer {
+    q35_gpu_lin q, k, v, o;                      /* attention */
+    q35_gpu_lin qkv, z, b, a, qkvz, ba, out;     /* Gated DeltaNet */
+    q35_gpu_lin gate, up, down;                  /* dense MLP */
+    q35_gpu_lin router, ex_gate, ex_up, ex_down; /* MoE, experts contiguous */
+    q35_gpu_lin sh_gate, sh_up, sh_down, sh_gate_w;
+    loom_cu_ptr in_norm, post_norm, q_norm, k_norm; /* float multipliers */
+    loom_cu_ptr conv_w, neg_a, dt_bias, gnorm;
+} q35_gpu_layer;
+
+/* The kernels, by name in the fatbin. */
+typedef struct q35_gpu_fns {
+    loom_cu_function embed[3]; /* by weight dtype: bf16, f16, f32 */
+    loom_cu_function linear[3];
+    loom_cu_function rmsnorm, conv, conv_restore, gdn_prep;
+    loom_cu_function gdn_rec, gdn_replay;
+    loom_cu_function attn_prep, attention;
+    loom_cu_function gather, add, next_split, moe_route, moe_axpy;
+} q35_gpu_fns;
+
+/* Device activations for max_rows rows. */
+typedef struct q35_gpu_scratch {
+    loom_cu_ptr block; /* everything below, one allocation */
+    uint64_t bytes;
+    loom_cu_ptr h, xn, big0, big1, big2, conv_out, o, z, b, a, decay, beta;
+    loom_cu_ptr prob, sel, wsel, gout, proj, shg;
+    loom_cu_ptr rows, streams;
+    loom_cu_ptr logits, taps, maps; /* grown on demand */
+    uint64_t logits_bytes, taps_bytes, maps_bytes;
+} q35_gpu_scratch;
+
+/* A forward's launches captured as a CUDA graph, for one shape: rows,
+ * streams, logits rows, tapped rows. Everything else a launch reads (the
+ * row and stream tables, the caches they point to) lives in device memory
+ * the graph reads at replay. */
+#define Q35_GRAPHS 32
+typedef struct q35_graph {
+    int32_t T, ns, n_logits, n_tap;
+    int seen; /* ran uncaptured once: capture on the next */
+    loom_cu_graph_exec exec;
+} q35_graph;
+
+typedef struct q35_gpu {
+    const loom_cuda *cu;
+    loom_cu_module module;
+    q35_gpu_fns fn;
+    loom_cu_ptr weights; /* one allocation holding every weight */
+    uint64_t weights_bytes;
+    q35_gpu_lin embed, lm_head;
+    loom_cu_ptr norm, inv_freq;
+    q35_gpu_layer *layers;
+    unsigned gdn_threads; /* q35_gdn_rec's block: ceil(dk/32) * dv/32 warps */
+    int64_t big;          /* widest projection output, floats */
+    q35_gpu_scratch s;
+    q35_gpu_log lay; /* the replay log's layout */
+    q35_graph graphs[Q35_GRAPHS];
+    int n_graphs;
+    int no_graphs; /* capture failed once: run uncaptured from then on */
+    /* per-round host tables (the rows by stream are m->plan's) */
+    int32_t *dev_of; /* [max_rows] round row -> device row */
+    int32_t *maps;   /* the output maps, grown with the taps */
+    size_t maps_cap;
+    q35_gpu_row *rows;
+    q35_gpu_stream *dstreams;
+    int64_t host_bytes; /* of these tables, in the host's account */
+} q35_gpu;
+
+/* A stream's device state (the `gpu` member of its loom_cache). */
+typedef struct q35_gpu_cache {
+    loom_cu_ptr fixed; /* conv, state, snap_conv, snap_state */
+    uint64_t fixed_bytes;
+    loom_cu_ptr kv; /* [n_attn][2][kv_cap][n_kv * head_dim] */
+    int64_t kv_cap;
+    loom_cu_ptr log; /* [log_cap][n_lin][log size] */
+    int32_t log_cap;
+} q35_gpu_cache;
+
+/* gpu.c: the model's device half */
+loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
+                         loom_err *err);
+void q35_gpu_close(loom_model *m);
+/* Checks a launch's result; every launch goes through it. */
+loom_status q35_gpu_launch(const q35_gpu *g, loom_cu_function f, unsigned gx,
+                           unsigned gy, unsigned bx, unsigned smem, void **args,
+                           const char *what, loom_err *err);
+/* A driver call's result as a loom_status naming `what`. */
+loom_status q35_gpu_check(const q35_gpu *g, loom_cu_result r, const char *what,
+                          loom_err *err);
+
+/* gpu_cache.c */
+loom_status q35_gpu_cache_new(loom_model *m, loom_cache **out, loom_err *err);
+void q35_gpu_cache_reset(loom_model *m, loom_cache *c);
+void q35_gpu_cache_free(loom_model *m, loom_cache *c);
+loom_status q35_gpu_commit(loom_model *m, loom_cache *c, int32_t kept,
+                           loom_err *err);
+/* Room for n_new more positions and a window of n_spec rows (keeps the
+ * positions); changes nothing a forward reads when it fails. */
+loom_status q35_gpu_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
+                                  int32_t n_spec, loom_err *err);
+/* The device addresses of cache c, for the round's stream table. */
+void q35_gpu_cache_view(const loom_model *m, const loom_cache *c,
+                        q35_gpu_stream *out);
+
+/* gpu_forward.c */
+/* Destroys every captured graph (their buffers are about to move). */
+void q35_gpu_graphs_free(q35_gpu *g);
+loom_status q35_gpu_forward(loom_model *m, const loom_round *round,
+                            const loom_output *out, loom_err *err);
+/* loom.target/1's head on the device: the final norm and lm_head of n host
+ * rows of hidden into host logits (both views checked by the caller). */
+loom_status q35_gpu_head(loom_model *m, const loom_view *hidden, int32_t n,
+                         const loom_view *logits, loom_err *err);
+
+#endif

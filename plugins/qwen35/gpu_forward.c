@@ -1,0 +1,537 @@
+/* The qwen35 forward on the device: the round's rows regrouped stream by
+ * stream (each stream's rows contiguous, in order) into a row table, one
+ * upload of that table, then one launch per step on the host's stream; the
+ * logits (and taps) go to the output views at the end, the one copy of the
+ * forward: back to the host for host views, on the device (stream-ordered,
+ * no synchronisation) for device views. */
+#include "gpu.h"
+
+#include <stdlib.h>
+
+void q35_gpu_graphs_free(q35_gpu *g)
+{
+    for (int i = 0; i < g->n_graphs; i++)
+        if (g->graphs[i].exec)
+            g->cu->graphExecDestroy(g->graphs[i].exec);
+    g->n_graphs = 0;
+}
+
+/* Grows a device output buffer (logits, taps) to `bytes`. */
+static loom_status q35_gpu_grow(q35_gpu *g, loom_cu_ptr *p, uint64_t *have,
+                                uint64_t bytes, loom_err *err)
+{
+    if (bytes <= *have)
+        return LOOM_OK;
+    const loom_cuda *cu = g->cu;
+    /* the graphs launch into the old buffer */
+    q35_gpu_graphs_free(g);
+    loom_status st = q35_gpu_check(g, cu->streamSynchronize(cu->stream),
+                                   "growing an output buffer", err);
+    if (st != LOOM_OK)
+        return st;
+    cu->free(cu, LOOM_MEM_SCRATCH, *p, *have);
+    *p = 0;
+    *have = 0;
+    st = cu->alloc(cu, LOOM_MEM_SCRATCH, bytes, p, err);
+    if (st == LOOM_OK)
+        *have = bytes;
+    return st;
+}
+
+/* The launches of one forward share these. */
+typedef struct q35_run {
+    loom_model *m;
+    q35_gpu *g;
+    int T, ns;
+    loom_err *err;
+} q35_run;
+
+#define Q35_LAUNCH(f, gx, gy, bx, smem, ...)                                   \
+    do {                                                                       \
+        void *args_[] = {__VA_ARGS__};                                         \
+        loom_status st_ = q35_gpu_launch(R->g, R->g->fn.f, (unsigned)(gx),     \
+                                         (unsigned)(gy), (unsigned)(bx),       \
+                                         (unsigned)(smem), args_, #f, R->err); \
+        if (st_ != LOOM_OK)                                                    \
+            return st_;                                                        \
+    } while (0)
+
+static int q35_dt(loom_dtype t)
+{
+    return t == LOOM_DTYPE_BF16 ? 0 : t == LOOM_DTYPE_F16 ? 1 : 2;
+}
+
+/* y = W x over T rows (mode 0), y += W x (1), or y = silu(W x) * (W2 x)
+ * (2); with sel, row t uses expert sel[t * sel_stride] of W (and W2). */
+static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
+                           const q35_gpu_lin *w2, loom_cu_ptr x, int ldx,
+                           loom_cu_ptr y, int ldy, int T, int mode,
+                           loom_cu_ptr sel, int sel_stride)
+{
+    loom_cu_ptr wp = w->p, w2p = w2 ? w2->p : 0;
+    int rows = w->rows, cols = w->cols, tile = sel ? 1 : 8;
+    long long estride = (long long)rows * cols;
+    /* warps per row: enough blocks to fill the chip; the weight's shape
+     * alone decides, so a row's summation order never depends on the round */
+    int wpr = 1;
+    while (wpr < 8 && rows * wpr < 8192 && cols >= 64 * wpr)
+        wpr *= 2;
+    void *args[] = {&wp,   &w2p,  &x,          &ldx,     &y,
+                    &ldy,  &rows, &cols,       &T,       &tile,
+                    &mode, &sel,  &sel_stride, &estride, &wpr};
+    return q35_gpu_launch(R->g, R->g->fn.linear[q35_dt(w->dtype)],
+                          (unsigned)((rows * wpr + 7) / 8),
+                          (unsigned)(T + tile - 1) / tile, 256, 0, args,
+                          "q35_linear", R->err);
+}
+
+#define Q35_LIN(...)                                                           \
+    do {                                                                       \
+        loom_status st_ = q35_lin(R, __VA_ARGS__);                             \
+        if (st_ != LOOM_OK)                                                    \
+            return st_;                                                        \
+    } while (0)
+
+static loom_status q35_gpu_norm(const q35_run *R, loom_cu_ptr x,
+                                loom_cu_ptr map, loom_cu_ptr out, loom_cu_ptr w,
+                                int n_rows)
+{
+    int H = (int)R->m->g.hidden;
+    float eps = (float)R->m->g.eps;
+    Q35_LAUNCH(rmsnorm, n_rows, 1, 1024, 0, &x, &map, &out, &w, &H, &eps);
+    return LOOM_OK;
+}
+
+static loom_status q35_gpu_attention(const q35_run *R, q35_gpu_layer *L,
+                                     int slot)
+{
+    const q35_geometry *G = &R->m->g;
+    q35_gpu_scratch *s = &R->g->s;
+    int T = R->T, H = (int)G->hidden;
+    int nh = (int)G->n_heads, nkv = (int)G->n_kv_heads, hd = (int)G->head_dim;
+    int rot = (int)G->rot_dim, qw = 2 * nh * hd, kvw = nkv * hd;
+    float eps = (float)G->eps;
+    Q35_LIN(&L->q, NULL, s->xn, H, s->big0, qw, T, 0, 0, 0);
+    Q35_LIN(&L->k, NULL, s->xn, H, s->big1, kvw, T, 0, 0, 0);
+    Q35_LIN(&L->v, NULL, s->xn, H, s->big2, kvw, T, 0, 0, 0);
+    loom_cu_ptr inv = R->g->inv_freq;
+    Q35_LAUNCH(attn_prep, nh + nkv, T, 128, (unsigned)hd * 4, &s->big0,
+               &s->big1, &s->big2, &L->q_norm, &L->k_norm, &inv, &s->streams,
+               &s->rows, &slot, &nh, &nkv, &hd, &rot, &eps);
+    Q35_LAUNCH(attention, nh, T, 128, 0, &s->big0, &s->o, &s->streams, &s->rows,
+               &slot, &nh, &nkv, &hd);
+    Q35_LIN(&L->o, NULL, s->o, nh * hd, s->h, H, T, 1, 0, 0);
+    return LOOM_OK;
+}
+
+static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
+{
+    const loom_model *m = R->m;
+    const q35_geometry *G = &m->g;
+    q35_gpu *g = R->g;
+    q35_gpu_scratch *s = &g->s;
+    int T = R->T, H = (int)G->hidden;
+    int Hk = (int)G->lin_k_heads, Hv = (int)G->lin_v_heads;
+    int dk = (int)G->lin_dk, dv = (int)G->lin_dv;
+    int kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd, K = (int)G->conv_kernel;
+    int n_lin = m->n_lin, log_size = g->lay.size, log_conv = g->lay.conv;
+    float eps = (float)G->eps;
+    if (G->variant == Q35_VARIANT_NEXT) {
+        Q35_LIN(&L->qkvz, NULL, s->xn, H, s->big1, 2 * kd + 2 * vd, T, 0, 0, 0);
+        Q35_LIN(&L->ba, NULL, s->xn, H, s->big2, 2 * Hv, T, 0, 0, 0);
+        Q35_LAUNCH(next_split, T, 1, 256, 0, &s->big1, &s->big2, &s->big0,
+                   &s->z, &s->b, &s->a, &Hk, &Hv, &dk, &dv);
+    } else {
+        Q35_LIN(&L->qkv, NULL, s->xn, H, s->big0, cd, T, 0, 0, 0);
+        Q35_LIN(&L->z, NULL, s->xn, H, s->z, vd, T, 0, 0, 0);
+        Q35_LIN(&L->b, NULL, s->xn, H, s->b, Hv, T, 0, 0, 0);
+        Q35_LIN(&L->a, NULL, s->xn, H, s->a, Hv, T, 0, 0, 0);
+    }
+    Q35_LAUNCH(conv, (cd + 127) / 128, R->ns, 128, 0, &s->big0, &s->conv_out,
+               &L->conv_w, &s->streams, &s->rows, &slot, &cd, &K, &n_lin,
+               &log_size, &log_conv);
+    q35_gpu_log lay = g->lay;
+    unsigned prep = (unsigned)(32 * (2 * Hk < 32 ? 2 * Hk : 32));
+    Q35_LAUNCH(gdn_prep, T, 1, prep, 0, &s->conv_out, &s->a, &s->b, &s->decay,
+               &s->beta, &L->neg_a, &L->dt_bias, &s->streams, &s->rows, &slot,
+               &Hk, &Hv, &dk, &dv, &n_lin, &lay);
+    {
+        void *a[] = {&s->conv_out, &s->z,       &s->o, &s->decay, &s->beta,
+                     &L->gnorm,    &s->streams, &slot, &Hk,       &Hv,
+                     &dk,          &dv,         &eps};
+        loom_status st =
+            q35_gpu_launch(g, g->fn.gdn_rec, (unsigned)Hv, (unsigned)R->ns,
+                           g->gdn_threads, 0, a, "q35_gdn_rec", R->err);
+        if (st != LOOM_OK)
+            return st;
+    }
+    Q35_LIN(&L->out, NULL, s->o, vd, s->h, H, T, 1, 0, 0);
+    return LOOM_OK;
+}
+
+static loom_status q35_gpu_mlp(const q35_run *R, q35_gpu_layer *L)
+{
+    const q35_geometry *G = &R->m->g;
+    q35_gpu_scratch *s = &R->g->s;
+    int T = R->T, H = (int)G->hidden, F = (int)G->ffn;
+    Q35_LIN(&L->gate, &L->up, s->xn, H, s->big0, F, T, 2, 0, 0);
+    Q35_LIN(&L->down, NULL, s->big0, F, s->h, H, T, 1, 0, 0);
+    return LOOM_OK;
+}
+
+/* Qwen3-Next's sparse block: route, then each row's top_k experts in id
+ * order into proj, the shared expert behind its sigmoid gate, h += proj. */
+static loom_status q35_gpu_moe(const q35_run *R, q35_gpu_layer *L)
+{
+    const q35_geometry *G = &R->m->g;
+    q35_gpu_scratch *s = &R->g->s;
+    int T = R->T, H = (int)G->hidden, F = (int)G->moe_ffn;
+    int E = (int)G->n_experts, K = (int)G->top_k, nt = G->norm_topk;
+    Q35_LIN(&L->router, NULL, s->xn, H, s->prob, E, T, 0, 0, 0);
+    Q35_LAUNCH(moe_route, (T + 127) / 128, 1, 128, 0, &s->prob, &s->sel,
+               &s->wsel, &T, &E, &K, &nt);
+    loom_cu_ptr zero = 0;
+    R->g->cu->memsetD32Async(s->proj, 0, (size_t)T * (size_t)H,
+                             R->g->cu->stream);
+    for (int k = 0; k < K; k++) {
+        loom_cu_ptr sel = s->sel + (uint64_t)k * 4;
+        Q35_LIN(&L->ex_gate, &L->ex_up, s->xn, H, s->big0, F, T, 2, sel, K);
+        Q35_LIN(&L->ex_down, NULL, s->big0, F, s->gout, H, T, 0, sel, K);
+        Q35_LAUNCH(moe_axpy, T, 1, 256, 0, &s->proj, &s->gout, &s->wsel, &k, &K,
+                   &zero, &H);
+    }
+    if (G->shared_ffn > 0) {
+        int S = (int)G->shared_ffn;
+        Q35_LIN(&L->sh_gate, &L->sh_up, s->xn, H, s->big0, S, T, 2, 0, 0);
+        Q35_LIN(&L->sh_down, NULL, s->big0, S, s->gout, H, T, 0, 0, 0);
+        Q35_LIN(&L->sh_gate_w, NULL, s->xn, H, s->shg, 1, T, 0, 0, 0);
+        int k0 = 0;
+        Q35_LAUNCH(moe_axpy, T, 1, 256, 0, &s->proj, &s->gout, &s->wsel, &k0,
+                   &K, &s->shg, &H);
+    }
+    long long n = (long long)T * H;
+    Q35_LAUNCH(add, (n + 255) / 256, 1, 256, 0, &s->h, &s->proj, &n);
+    return LOOM_OK;
+}
+
+/* The layers, the taps and the head; every launch on the host's stream. */
+static loom_status q35_gpu_layers(const q35_run *R, int32_t n_logits,
+                                  int32_t n_tap)
+{
+    loom_model *m = R->m;
+    q35_gpu *g = R->g;
+    q35_gpu_scratch *s = &g->s;
+    const q35_geometry *G = &m->g;
+    int H = (int)G->hidden;
+    Q35_LAUNCH(embed[q35_dt(g->embed.dtype)], R->T, 1, 256, 0, &g->embed.p,
+               &s->rows, &s->h, &H);
+    loom_cu_ptr none = 0;
+    for (int64_t i = 0; i < G->n_layers; i++) {
+        q35_gpu_layer *L = &g->layers[i];
+        loom_status st = q35_gpu_norm(R, s->h, none, s->xn, L->in_norm, R->T);
+        if (st == LOOM_OK)
+            st = m->w.layers[i].kind == 'A'
+                     ? q35_gpu_attention(R, L, m->slot[i])
+                     : q35_gpu_gdn(R, L, m->slot[i]);
+        if (st == LOOM_OK)
+            st = q35_gpu_norm(R, s->h, none, s->xn, L->post_norm, R->T);
+        if (st == LOOM_OK)
+            st = m->w.layers[i].moe ? q35_gpu_moe(R, L) : q35_gpu_mlp(R, L);
+        if (st != LOOM_OK)
+            return st;
+        for (int32_t j = 0; n_tap > 0 && j < m->n_taps; j++) {
+            if (m->taps[j] != i)
+                continue;
+            /* maps: [logit rows][0..n_logits)[tap rows][tap slot j dests] */
+            loom_cu_ptr smap = s->maps + (uint64_t)(2 * n_logits) * 4;
+            loom_cu_ptr dmap =
+                s->maps + (uint64_t)(2 * n_logits + (1 + j) * n_tap) * 4;
+            Q35_LAUNCH(gather, n_tap, 1, 256, 0, &s->h, &H, &smap, &s->taps, &H,
+                       &dmap, &H);
+        }
+    }
+    if (n_logits > 0) {
+        loom_status st =
+            q35_gpu_norm(R, s->h, s->maps, s->xn, g->norm, n_logits);
+        if (st != LOOM_OK)
+            return st;
+        int V = (int)G->vocab;
+        Q35_LIN(&g->lm_head, NULL, s->xn, H, s->logits, V, n_logits, 0, 0, 0);
+    }
+    return LOOM_OK;
+}
+
+static void q35_log_no_graphs(const q35_run *R)
+{
+    R->m->host->log(R->m->host, LOOM_LOG_WARN,
+                    "qwen35 cuda: %s; forwards run without graphs",
+                    R->err->msg);
+}
+
+/* The round's launches: replayed from a graph when this shape was captured,
+ * captured when it ran once before, else launched one by one. A replay
+ * runs the very kernels with the very arguments of an uncaptured run. */
+static loom_status q35_gpu_run(q35_run *R, int32_t n_logits, int32_t n_tap)
+{
+    q35_gpu *g = R->g;
+    const loom_cuda *cu = g->cu;
+    q35_graph *gr = NULL;
+    for (int i = 0; !g->no_graphs && i < g->n_graphs; i++) {
+        q35_graph *x = &g->graphs[i];
+        if (x->T == R->T && x->ns == R->ns && x->n_logits == n_logits &&
+            x->n_tap == n_tap)
+            gr = x;
+    }
+    if (!gr && !g->no_graphs && g->n_graphs < Q35_GRAPHS) {
+        gr = &g->graphs[g->n_graphs++];
+        *gr = (q35_graph){R->T, R->ns, n_logits, n_tap, 0, NULL};
+    }
+    if (gr && gr->exec)
+        return q35_gpu_check(g, cu->graphLaunch(gr->exec, cu->stream),
+                             "replaying a forward", R->err);
+    if (!gr || !gr->seen) {
+        if (gr)
+            gr->seen = 1;
+        return q35_gpu_layers(R, n_logits, n_tap);
+    }
+    /* thread-local capture: the lane thread alone launches on the stream */
+    loom_status st = q35_gpu_check(g, cu->streamBeginCapture(cu->stream, 1),
+                                   "capturing a forward", R->err);
+    if (st != LOOM_OK) {
+        g->no_graphs = 1;
+        return q35_gpu_layers(R, n_logits, n_tap);
+    }
+    st = q35_gpu_layers(R, n_logits, n_tap);
+    loom_cu_graph graph = NULL;
+    loom_status end =
+        q35_gpu_check(g, cu->streamEndCapture(cu->stream, &graph),
+                      "capturing a forward", st == LOOM_OK ? R->err : NULL);
+    if (st == LOOM_OK)
+        st = end;
+    if (st == LOOM_OK)
+        st = q35_gpu_check(g, cu->graphInstantiate(&gr->exec, graph, 0),
+                           "instantiating a forward's graph", R->err);
+    if (graph)
+        cu->graphDestroy(graph);
+    if (st != LOOM_OK) {
+        /* run it the plain way, and from now on */
+        gr->exec = NULL;
+        g->no_graphs = 1;
+        q35_log_no_graphs(R);
+        return q35_gpu_layers(R, n_logits, n_tap);
+    }
+    return q35_gpu_check(g, cu->graphLaunch(gr->exec, cu->stream),
+                         "replaying a forward", R->err);
+}
+
+/* Copies the forward's dense device rows `src` ([n, cols] floats) to the
+ * output view `v`: back to the host (the caller synchronises) or, for a
+ * device view, on the device, stream-ordered. The one copy of a forward. */
+static loom_status q35_gpu_put_view(q35_gpu *g, loom_cu_ptr src, int32_t n,
+                                    int64_t cols, const loom_view *v,
+                                    const char *what, loom_err *err)
+{
+    const loom_cuda *cu = g->cu;
+    size_t row = (size_t)cols * sizeof(float);
+    size_t pitch = (size_t)v->strides[0] * sizeof(float);
+    /* dense rows go in one copy, strided ones a row at a time */
+    int32_t copies = pitch == row ? 1 : n;
+    size_t bytes = pitch == row ? (size_t)n * row : row;
+    for (int32_t i = 0; i < copies; i++) {
+        loom_cu_ptr from = src + (uint64_t)i * row;
+        loom_cu_result r =
+            v->kind == LOOM_MEM_DEVICE
+                ? cu->memcpyDtoDAsync(v->device_ptr + (uint64_t)i * pitch, from,
+                                      bytes, cu->stream)
+                : cu->memcpyDtoHAsync((char *)v->data + (size_t)i * pitch, from,
+                                      bytes, cu->stream);
+        loom_status st = q35_gpu_check(g, r, what, err);
+        if (st != LOOM_OK)
+            return st;
+    }
+    return LOOM_OK;
+}
+
+/* The plan's rules for this output: its views may be host memory (copied
+ * back, the forward then synchronises) or device memory (written there,
+ * stream-ordered), the taps view of the same kind as the logits view. */
+static loom_plan_rules q35_gpu_rules(const loom_model *m,
+                                     const loom_output *out)
+{
+    loom_plan_rules r = m->rules;
+    r.view_kind = LOOM_MEM_HOST;
+    if (out && LOOM_HAS_FIELD(out->struct_size, loom_output, logits) &&
+        out->logits.ndim > 0)
+        r.view_kind = out->logits.kind;
+    else if (out && LOOM_HAS_FIELD(out->struct_size, loom_output, taps) &&
+             out->taps.ndim > 0)
+        r.view_kind = out->taps.kind;
+    if (r.view_kind != LOOM_MEM_DEVICE)
+        r.view_kind = LOOM_MEM_HOST;
+    return r;
+}
+
+loom_status q35_gpu_forward(loom_model *m, const loom_round *round,
+                            const loom_output *out, loom_err *err)
+{
+    q35_gpu *g = m->gpu;
+    const loom_cuda *cu = g->cu;
+    const q35_geometry *G = &m->g;
+    int32_t T = round->n_rows;
+    if (T <= 0)
+        return LOOM_OK;
+    loom_round_plan *p = &m->plan;
+    loom_plan_rules rules = q35_gpu_rules(m, out);
+    loom_status st = loom_round_plan_make(p, round, out, &rules, err);
+    for (int32_t i = 0; st == LOOM_OK && i < p->n_streams; i++) {
+        const loom_plan_stream *sm = &p->streams[i];
+        if (!sm->cache->gpu)
+            return loom_err_set(err, LOOM_ERR_INVALID,
+                                "qwen35 forward: row %d's cache is not a "
+                                "device cache",
+                                loom_plan_row(p, sm, 0));
+        /* the one window rule, then room for the rows */
+        st = loom_window_reserve(&sm->cache->win, sm, err);
+        if (st == LOOM_OK)
+            st = q35_gpu_cache_prepare(m, sm->cache, sm->count,
+                                       loom_plan_n_spec(sm), err);
+    }
+    if (st != LOOM_OK)
+        return st;
+    int32_t ns = p->n_streams, n_logits = p->n_logits;
+    int32_t n_tap = m->n_taps > 0 ? p->n_taps : 0;
+    uint64_t lbytes = (uint64_t)n_logits * (uint64_t)G->vocab * 4;
+    uint64_t tbytes =
+        (uint64_t)n_tap * (uint64_t)m->n_taps * (uint64_t)G->hidden * 4;
+    size_t n_maps = (size_t)(2 * n_logits + (1 + m->n_taps) * n_tap);
+    st = q35_gpu_grow(g, &g->s.logits, &g->s.logits_bytes, lbytes, err);
+    if (st == LOOM_OK)
+        st = q35_gpu_grow(g, &g->s.taps, &g->s.taps_bytes, tbytes, err);
+    if (st == LOOM_OK)
+        st = q35_gpu_grow(g, &g->s.maps, &g->s.maps_bytes,
+                          (uint64_t)n_maps * sizeof *g->maps, err);
+    if (st == LOOM_OK && n_maps > g->maps_cap) {
+        int32_t *mp = realloc(g->maps, n_maps * sizeof *mp);
+        if (!mp)
+            return loom_err_set(err, LOOM_ERR_NOMEM,
+                                "qwen35 forward: no memory for %zu output map "
+                                "entries",
+                                n_maps);
+        g->maps = mp;
+        g->maps_cap = n_maps;
+    }
+    if (st != LOOM_OK)
+        return st;
+
+    /* nothing but a device fault can fail from here on */
+    for (int32_t i = 0; i < ns; i++) {
+        const loom_plan_stream *sm = &p->streams[i];
+        q35_gpu_stream *d = &g->dstreams[i];
+        q35_gpu_cache_view(m, sm->cache, d);
+        d->first = sm->first;
+        d->count = sm->count;
+        /* a window's first row follows the snapshot of the state */
+        d->snap_row = sm->first_spec;
+        for (int32_t k = 0; k < sm->count; k++) {
+            int32_t t = loom_plan_row(p, sm, k);
+            const loom_row *r = loom_round_row(round, t);
+            g->rows[sm->first + k] = (q35_gpu_row){r->token, r->position, i,
+                                                   loom_window_index(sm, k)};
+            g->dev_of[t] = sm->first + k;
+        }
+    }
+    int32_t *mp = g->maps, nl = 0, nt = 0;
+    for (int32_t t = 0; t < T; t++)
+        if (loom_round_row(round, t)->flags & LOOM_ROW_LOGITS) {
+            mp[nl] = g->dev_of[t];
+            mp[n_logits + nl] = nl;
+            nl++;
+        }
+    for (int32_t t = 0; n_tap > 0 && t < T; t++)
+        if (loom_round_row(round, t)->flags & LOOM_ROW_TAP) {
+            mp[2 * n_logits + nt] = g->dev_of[t];
+            for (int32_t j = 0; j < m->n_taps; j++)
+                mp[2 * n_logits + (1 + j) * n_tap + nt] = nt * m->n_taps + j;
+            nt++;
+        }
+    st = q35_gpu_check(g,
+                       cu->memcpyHtoDAsync(g->s.rows, g->rows,
+                                           (size_t)T * sizeof *g->rows,
+                                           cu->stream),
+                       "uploading the row table", err);
+    if (st == LOOM_OK)
+        st = q35_gpu_check(g,
+                           cu->memcpyHtoDAsync(g->s.streams, g->dstreams,
+                                               (size_t)ns * sizeof *g->dstreams,
+                                               cu->stream),
+                           "uploading the stream table", err);
+    if (st == LOOM_OK && n_maps > 0)
+        st = q35_gpu_check(g,
+                           cu->memcpyHtoDAsync(g->s.maps, g->maps,
+                                               n_maps * sizeof *g->maps,
+                                               cu->stream),
+                           "uploading the output maps", err);
+    q35_run run = {m, g, T, ns, err};
+    if (st == LOOM_OK)
+        st = q35_gpu_run(&run, n_logits, n_tap);
+    if (st == LOOM_OK && n_logits > 0)
+        st = q35_gpu_put_view(g, g->s.logits, n_logits, G->vocab, &out->logits,
+                              "copying logits out", err);
+    if (st == LOOM_OK && n_tap > 0)
+        st = q35_gpu_put_view(g, g->s.taps, n_tap,
+                              (int64_t)m->n_taps * G->hidden, &out->taps,
+                              "copying taps out", err);
+    /* host views are read when forward returns; device views are not */
+    if (st == LOOM_OK && rules.view_kind == LOOM_MEM_HOST &&
+        (n_logits > 0 || n_tap > 0))
+        st =
+            q35_gpu_check(g, cu->streamSynchronize(cu->stream), "forward", err);
+    if (st != LOOM_OK)
+        return st;
+    for (int32_t i = 0; i < ns; i++) {
+        const loom_plan_stream *sm = &p->streams[i];
+        loom_window_end(&sm->cache->win, sm);
+        sm->cache->len = sm->len0 + sm->count;
+    }
+    return LOOM_OK;
+}
+
+loom_status q35_gpu_head(loom_model *m, const loom_view *hidden, int32_t n,
+                         const loom_view *logits, loom_err *err)
+{
+    q35_gpu *g = m->gpu;
+    const loom_cuda *cu = g->cu;
+    const q35_geometry *G = &m->g;
+    int64_t H = G->hidden, V = G->vocab;
+    /* the forward's buffers, up to 16 rows at a time: h in, logits out */
+    int32_t R = m->max_rows < 16 ? m->max_rows : 16;
+    loom_status st = q35_gpu_grow(g, &g->s.logits, &g->s.logits_bytes,
+                                  (uint64_t)R * (uint64_t)V * 4, err);
+    q35_run run = {m, g, 0, 0, err};
+    const q35_run *Rn = &run;
+    for (int32_t i0 = 0; st == LOOM_OK && i0 < n; i0 += R) {
+        int32_t k = n - i0 < R ? n - i0 : R;
+        for (int32_t i = 0; st == LOOM_OK && i < k; i++)
+            st = q35_gpu_check(
+                g,
+                cu->memcpyHtoDAsync(g->s.h + (uint64_t)i * (uint64_t)H * 4,
+                                    loom_view_row_f32(hidden, i0 + i),
+                                    (size_t)H * 4, cu->stream),
+                "copying hidden rows in", err);
+        if (st == LOOM_OK)
+            st = q35_gpu_norm(Rn, g->s.h, 0, g->s.xn, g->norm, k);
+        if (st == LOOM_OK)
+            st = q35_lin(Rn, &g->lm_head, NULL, g->s.xn, (int)H, g->s.logits,
+                         (int)V, k, 0, 0, 0);
+        loom_view part = *logits;
+        part.data = (float *)logits->data + (int64_t)i0 * logits->strides[0];
+        if (st == LOOM_OK)
+            st = q35_gpu_put_view(g, g->s.logits, k, V, &part,
+                                  "copying logits out", err);
+        /* the next part reuses h and logits */
+        if (st == LOOM_OK)
+            st = q35_gpu_check(g, cu->streamSynchronize(cu->stream), "head",
+                               err);
+    }
+    return st;
+}

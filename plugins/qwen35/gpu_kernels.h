@@ -1,0 +1,40 @@
+/* What the qwen35 kernels (the .cu files under cuda/) and their host glue
+ * (gpu*.c) share: the round's row and stream tables, laid out identically in
+ * C and CUDA (fixed-width fields, device addresses as 64-bit integers). */
+#ifndef QWEN35_GPU_KERNELS_H
+#define QWEN35_GPU_KERNELS_H
+
+#include <stdint.h>
+
+/* One row of a round, in device order (each stream's rows contiguous and in
+ * position order). */
+typedef struct q35_gpu_row {
+    int32_t token;
+    int32_t pos;    /* absolute position in its stream */
+    int32_t stream; /* index into the round's stream table */
+    int32_t log;    /* replay-log index of a speculative row, else -1 */
+} q35_gpu_row;
+
+/* One stream (cache) of a round: where its device state lives and which
+ * rows of the round are its. */
+typedef struct q35_gpu_stream {
+    uint64_t kv;         /* float [n_attn][2][kv_cap][n_kv*head_dim] */
+    uint64_t conv;       /* float [n_lin][(K-1) * conv_dim], oldest first */
+    uint64_t state;      /* float [n_lin][Hv][dk][dv] */
+    uint64_t snap_conv;  /* copies of conv and state at a window's start */
+    uint64_t snap_state; /* */
+    uint64_t log;        /* float [log_cap][n_lin][log_size] */
+    int64_t kv_cap;      /* positions kv holds room for */
+    int32_t first;       /* its rows: [first, first + count) */
+    int32_t count;
+    int32_t snap_row; /* index among its rows before which the snapshot is
+                         taken, or -1 */
+    int32_t pad;
+} q35_gpu_stream;
+
+/* Offsets (floats) of one row's entry in one GDN layer's replay log. */
+typedef struct q35_gpu_log {
+    int32_t conv, k, v, decay, beta, size;
+} q35_gpu_log;
+
+#endif
