@@ -112,8 +112,14 @@ int loom_socket_send_all(loom_socket s, const void *buf, size_t n);
  * 0 at end of stream, -1 on error, -2 on timeout. */
 long loom_socket_recv(loom_socket s, void *buf, size_t n, uint32_t timeout_ms);
 void loom_socket_close(loom_socket s);
-/* 1 when the peer of a connected socket has closed or reset it (checked
- * without consuming data or blocking), else 0. */
+/* Ends both directions of a connection without closing the descriptor, so
+ * that the thread reading it sees the end and closes it itself. */
+void loom_socket_shutdown(loom_socket s);
+/* Closes with a reset (RST) instead of an orderly end. */
+void loom_socket_reset(loom_socket s);
+/* 1 when the peer of a connected socket has reset it or the socket failed
+ * (checked without consuming data or blocking), else 0: a peer that shut
+ * only its sending half still reads. */
 int loom_socket_peer_gone(loom_socket s);
 
 /* ---- process */

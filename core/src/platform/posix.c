@@ -632,18 +632,32 @@ void loom_socket_close(loom_socket s)
     close((int)s);
 }
 
+void loom_socket_shutdown(loom_socket s)
+{
+    shutdown((int)s, SHUT_RDWR);
+}
+
+void loom_socket_reset(loom_socket s)
+{
+    struct linger l = {1, 0};
+    setsockopt((int)s, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    close((int)s);
+}
+
 int loom_socket_peer_gone(loom_socket s)
 {
-    struct pollfd pfd = {(int)s, POLLIN | POLLRDHUP, 0};
+    /* A peer that only shut its sending half (FIN, end of file) still
+     * reads its answer: only a reset or an error means it is gone. */
+    struct pollfd pfd = {(int)s, POLLIN, 0};
     if (poll(&pfd, 1, 0) <= 0)
         return 0;
-    if (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+    if (pfd.revents & (POLLHUP | POLLERR | POLLNVAL))
         return 1;
     if (pfd.revents & POLLIN) {
         char c;
         ssize_t r = recv((int)s, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-                          errno != EINTR);
+        return r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+               errno != EINTR;
     }
     return 0;
 }

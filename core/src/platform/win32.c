@@ -678,6 +678,18 @@ void loom_socket_close(loom_socket s)
     closesocket((SOCKET)s);
 }
 
+void loom_socket_shutdown(loom_socket s)
+{
+    shutdown((SOCKET)s, SD_BOTH);
+}
+
+void loom_socket_reset(loom_socket s)
+{
+    struct linger l = {1, 0};
+    setsockopt((SOCKET)s, SOL_SOCKET, SO_LINGER, (const char *)&l, sizeof l);
+    closesocket((SOCKET)s);
+}
+
 int loom_socket_peer_gone(loom_socket s)
 {
     WSAPOLLFD pfd = {(SOCKET)s, POLLRDNORM, 0};
@@ -688,7 +700,8 @@ int loom_socket_peer_gone(loom_socket s)
     if (pfd.revents & POLLRDNORM) {
         char c;
         int r = recv((SOCKET)s, &c, 1, MSG_PEEK);
-        return r == 0 || (r < 0 && WSAGetLastError() != WSAEWOULDBLOCK);
+        /* 0 is a half-close: the peer still reads its answer */
+        return r < 0 && WSAGetLastError() != WSAEWOULDBLOCK;
     }
     return 0;
 }
