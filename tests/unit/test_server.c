@@ -17,6 +17,7 @@
 #include <loom/tokenizer.h>
 
 #include "../../core/src/server/server_auth.h"
+#include "../../core/src/server/server_gate.h"
 #include "../../core/src/server/server_http.h"
 #include "../../core/src/server/server_log.h"
 #include "../../core/src/server/server_metrics.h"
@@ -1746,6 +1747,95 @@ START_TEST(test_slow_clients_are_shed)
 }
 END_TEST
 
+/* issue 18: malformed HTTP got libmicrohttpd's HTML pages; a first
+ * request's head is now checked at the gate and refused with OpenAI JSON
+ * errors and the right status. */
+START_TEST(test_malformed_http)
+{
+    loom_server *srv = start(NULL, 0);
+    int port = loom_server_port(srv);
+    static const struct {
+        const char *head; /* NULL: a long one made below */
+        int status;
+        const char *code;
+    } bad[] = {
+        {"GARBAGE\r\n\r\n", 400, "bad_request"},
+        {"GET /health HTTP/2.0\r\nHost: x\r\n\r\n", 505,
+         "http_version_not_supported"},
+        {"GET /health HTTP/1.1\r\nHost x\r\n\r\n", 400, "bad_request"},
+        {"GET /health HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", 400,
+         "bad_request"},
+        {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc"
+         "\r\n\r\n",
+         400, "bad_request"},
+        {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+         "Content-Length: 2\r\n\r\n{}",
+         400, "bad_request"},
+        {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n{}",
+         400, "bad_request"},
+        {NULL, 414, "uri_too_long"},
+        {NULL, 431, "headers_too_large"},
+    };
+    int longs = 0;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *head = NULL;
+        if (bad[i].head) {
+            head = malloc(strlen(bad[i].head) + 1);
+            strcpy(head, bad[i].head);
+        } else {
+            size_t n = 20000;
+            head = malloc(n + 64);
+            if (longs++ == 0) {
+                memcpy(head, "GET /", 5);
+                memset(head + 5, 'a', n);
+                strcpy(head + 5 + n, " HTTP/1.1\r\n\r\n");
+            } else {
+                strcpy(head, "GET /health HTTP/1.1\r\nX: ");
+                size_t k = strlen(head);
+                memset(head + k, 'a', n);
+                strcpy(head + k + n, "\r\n\r\n");
+            }
+        }
+        loom_socket s;
+        loom_err err;
+        ck_assert_int_eq(loom_tcp_connect("127.0.0.1", port, &s, &err),
+                         LOOM_OK);
+        ck_assert_int_eq(loom_socket_send_all(s, head, strlen(head)), 0);
+        resp r;
+        read_resp(s, &r);
+        json_t *root;
+        json_t *e = check_error(&r, bad[i].status, &root);
+        ck_assert_str_eq(str_of(e, "code"), bad[i].code);
+        char ct[64];
+        ck_assert_str_eq(header(&r, "Content-Type", ct, sizeof ct),
+                         "application/json");
+        json_decref(root);
+        resp_free(&r);
+        free(head);
+    }
+    /* the head checker on its own: well formed, incomplete, refused */
+    size_t hl = 0;
+    srv_error e;
+    const char ok[] = "GET /v1/models?x=1 HTTP/1.0\nHost: a\r\nA-b: c \r\n\r\n";
+    ck_assert_int_eq(srv_head_check(ok, strlen(ok), &hl, &e), 0);
+    ck_assert_uint_eq(hl, strlen(ok));
+    ck_assert_int_eq(srv_head_check(ok, 20, &hl, &e), 1);
+    ck_assert_int_eq(srv_head_check("GET", 3, &hl, &e), 1);
+    ck_assert_int_eq(
+        srv_head_check("GET / HTTP/1.1\r\nX: a\x01\r\n\r\n", 26, &hl, &e), -1);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_int_eq(srv_head_check("GET  / HTTP/1.1\r\n\r\n", 19, &hl, &e),
+                     -1);
+    /* the server is still fine */
+    resp r;
+    request(port, "GET", "/health", NULL, NULL, &r);
+    ck_assert_int_eq(r.status, 503); /* no model loaded */
+    resp_free(&r);
+    loom_server_free(srv);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("server");
@@ -1769,6 +1859,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_hostile_template);
     tcase_add_test(tc, test_half_close_gets_answer);
     tcase_add_test(tc, test_slow_clients_are_shed);
+    tcase_add_test(tc, test_malformed_http);
     suite_add_tcase(s, tc);
     return s;
 }

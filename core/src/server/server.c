@@ -11,6 +11,7 @@
 
 #include "server_auth.h"
 #include "server_deadline.h"
+#include "server_gate.h"
 #include "server_http.h"
 #include "server_log.h"
 #include "server_metrics.h"
@@ -56,6 +57,7 @@ struct loom_server {
     srv_log *log;
     srv_metrics *metrics;
     srv_deadlines *deadlines; /* request read deadlines */
+    srv_gate *gate;           /* accepts, checks first heads */
 
     /* the model, once loaded; read-only after ready is set */
     loom_engine *engine;
@@ -961,6 +963,24 @@ static void on_connection(void *cls, struct MHD_Connection *c,
     }
 }
 
+/* A connection past the gate: libmicrohttpd takes it (and closes it if it
+ * cannot). */
+static void gate_pass(void *ctx, loom_socket fd, const void *addr,
+                      size_t addr_len)
+{
+    loom_server *srv = ctx;
+    if (MHD_add_connection(srv->mhd, (MHD_socket)fd,
+                           (const struct sockaddr *)addr,
+                           (socklen_t)addr_len) != MHD_YES)
+        loom_log(LOOM_LOG_DEBUG, "http: a connection could not be added");
+}
+
+static void gate_refused(void *ctx, int status)
+{
+    loom_server *srv = ctx;
+    srv_metrics_request(srv->metrics, "", status);
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
@@ -1032,10 +1052,10 @@ loom_status loom_server_start(const loom_server_params *params,
         goto fail;
     srv->mhd = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-            MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
-        0, NULL, NULL, on_request, srv, MHD_OPTION_LISTEN_SOCKET,
-        (MHD_socket)srv->listen_sock, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-        srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+            MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+            MHD_USE_NO_LISTEN_SOCKET,
+        0, NULL, NULL, on_request, srv, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
         MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)1024, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
         MHD_OPTION_END);
@@ -1045,6 +1065,10 @@ loom_status loom_server_start(const loom_server_params *params,
                           srv->port);
         goto fail;
     }
+    st = srv_gate_start(srv->listen_sock, read_ms, gate_pass, gate_refused, srv,
+                        &srv->gate, err);
+    if (st != LOOM_OK)
+        goto fail;
     *out = srv;
     return LOOM_OK;
 fail:
@@ -1180,11 +1204,11 @@ void loom_server_stop(loom_server *srv, uint32_t drain_ms)
     srv->ready = 0;
     loom_mutex_unlock(srv->mu);
 
-    if (srv->mhd) {
-        /* no new connections; those open get 503 for new requests */
-        MHD_socket s = MHD_quiesce_daemon(srv->mhd);
-        if (s != MHD_INVALID_SOCKET)
-            loom_socket_close((loom_socket)s);
+    /* no new connections; those open get 503 for new requests */
+    srv_gate_stop(srv->gate);
+    srv->gate = NULL;
+    if (srv->listen_sock != (loom_socket)-1) {
+        loom_socket_close(srv->listen_sock);
         srv->listen_sock = -1;
     }
     loom_mutex_lock(srv->mu);
