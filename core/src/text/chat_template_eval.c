@@ -1256,8 +1256,9 @@ static loom_status exec_for(ctx *c, const ct_node *n)
     size_t len = json_array_size(items);
     for (size_t i = 0; i < len && st == LOOM_OK; i++) {
         json_t *x = json_array_get(items, i);
-        /* an iteration builds its loop object: more than one step */
-        st = charge(c, n, 8);
+        /* an iteration builds its loop object (seven members): it costs
+         * what building them does */
+        st = charge(c, n, 32);
         if (st == LOOM_OK)
             st = assign_targets(c, n, x);
         if (st != LOOM_OK)
