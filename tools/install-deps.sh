@@ -6,9 +6,9 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 pkgs=(build-essential cmake pkg-config libjansson-dev check libsubunit-dev
       libpcre2-dev libutf8proc-dev libmicrohttpd-dev nettle-dev curl python3)
-# CI extras: the format check, the Windows syntax check, and the browser
-# the chat page's test drives (tests/clients/webui.sh)
-[ "${LOOM_CI_EXTRAS:-0}" = 1 ] && pkgs+=(clang-format gcc-mingw-w64-x86-64 chromium)
+# CI extras: the format check, the Windows build, the browser the chat
+# page's test drives (tests/clients/webui.sh), clang for the fuzz targets
+[ "${LOOM_CI_EXTRAS:-0}" = 1 ] && pkgs+=(clang-format gcc-mingw-w64-x86-64 chromium clang)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -370,6 +370,8 @@ loom_status nem_geometry_parse(const loom_host *host,
                            &bos)))
         return rc;
     g->bos = (int32_t)bos;
+    if ((rc = loom_cfg_eos_ids_check(host, ckpt, g->vocab, err)))
+        return rc;
     loom_cfg_eos_ids(host, ckpt, g->vocab, g->eos, &g->n_eos);
     return LOOM_OK;
 }

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 
+#include <loom/checked.h>
 #include <loom/config.h>
 
 /* A positive integer field; `def` > 0 is used when it is absent. */
@@ -125,6 +126,64 @@ static loom_status q35_moe(const loom_cfg *s, q35_geometry *g)
     return st;
 }
 
+/* A field that, when present and not null, must be an object. */
+static loom_status q35_object_or_missing(const loom_cfg *s, const char *key)
+{
+    loom_json_type t = s->host->json_type(s->host->json_get(s->obj, key));
+    if (t == LOOM_JSON_MISSING || t == LOOM_JSON_NULL || t == LOOM_JSON_OBJECT)
+        return LOOM_OK;
+    return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                        "config.json: %s%s must be an object, not %s",
+                        s->prefix, key, loom_cfg_type_name(t));
+}
+
+/* Every width the plugin derives from the fields, in elements, computed
+ * with overflow checks and at most 2^48: a product that wrapped (4 key
+ * heads of 2^62 + 8 gave 32) once passed every shape check, sized the
+ * state by the wrapped value, and the forward walked the real one. */
+static loom_status q35_check_sizes(const loom_cfg *s, const q35_geometry *g)
+{
+    const int64_t limit = (int64_t)1 << 48;
+    const struct {
+        const char *what;
+        int64_t f[4];
+    } p[] = {
+        {"linear_num_key_heads x linear_key_head_dim x 2",
+         {g->lin_k_heads, g->lin_dk, 2, 1}},
+        {"linear_num_value_heads x linear_value_head_dim x 2",
+         {g->lin_v_heads, g->lin_dv, 2, 1}},
+        {"linear_num_value_heads x linear_key_head_dim x "
+         "linear_value_head_dim",
+         {g->lin_v_heads, g->lin_dk, g->lin_dv, 1}},
+        {"num_attention_heads x head_dim x 2", {g->n_heads, g->head_dim, 2, 1}},
+        {"num_key_value_heads x head_dim x 2",
+         {g->n_kv_heads, g->head_dim, 2, 1}},
+        {"vocab_size x hidden_size", {g->vocab, g->hidden, 1, 1}},
+        {"intermediate_size x hidden_size x 2", {g->ffn, g->hidden, 2, 1}},
+        {"num_experts x moe_intermediate_size x hidden_size x 2",
+         {g->n_experts, g->moe_ffn, g->hidden, 2}},
+        {"shared_expert_intermediate_size x hidden_size x 2",
+         {g->shared_ffn, g->hidden, 2, 1}},
+    };
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
+        int64_t n = 0;
+        if (loom_prod_i64(p[i].f, 4, &n) || n > limit)
+            return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                                "config.json: %s%s is over 2^48 elements",
+                                s->prefix, p[i].what);
+    }
+    /* each term is bounded now: the conv channels fit; times the kernel */
+    int64_t conv = 2 * g->lin_k_heads * g->lin_dk + g->lin_v_heads * g->lin_dv;
+    int64_t tail = 0;
+    if (loom_mul_i64(conv, g->conv_kernel, &tail) || tail > limit)
+        return loom_err_set(s->err, LOOM_ERR_FORMAT,
+                            "config.json: %slinear_conv_kernel_dim = %lld x "
+                            "%lld conv channels is over 2^48 elements",
+                            s->prefix, (long long)g->conv_kernel,
+                            (long long)conv);
+    return LOOM_OK;
+}
+
 loom_status q35_geometry_parse(const loom_host *host,
                                const loom_checkpoint *ckpt, q35_geometry *g,
                                loom_err *err)
@@ -197,6 +256,10 @@ loom_status q35_geometry_parse(const loom_host *host,
     const loom_json *rp = host->json_get(s.obj, "rope_parameters");
     if (host->json_type(rp) != LOOM_JSON_OBJECT)
         rp = host->json_get(s.obj, "rope_scaling");
+    /* present but not an object: refused, not passed over */
+    if ((st = q35_object_or_missing(&s, "rope_parameters")) ||
+        (st = q35_object_or_missing(&s, "rope_scaling")))
+        return st;
     char rpw[64];
     snprintf(rpw, sizeof rpw, "%srope_parameters.", s.prefix);
     loom_cfg rps = s; /* the same fields under rope_parameters */
@@ -235,13 +298,19 @@ loom_status q35_geometry_parse(const loom_host *host,
         return st;
     if ((st = q35_moe(&s, g)))
         return st;
+    if ((st = q35_check_sizes(&s, g)))
+        return st;
 
-    /* tie_word_embeddings: the text config's, else the root's */
-    const loom_json *tie = host->json_get(s.obj, "tie_word_embeddings");
-    if (host->json_type(tie) != LOOM_JSON_BOOL)
-        tie = host->json_get(root, "tie_word_embeddings");
-    g->tied = host->json_type(tie) == LOOM_JSON_BOOL ? host->json_bool(tie) : 0;
+    /* tie_word_embeddings: the text config's, else the root's; either of
+     * another type is refused */
+    loom_cfg rs = {host, root, "config.json", "", 0, err};
+    int tied_root = 0;
+    if ((st = loom_cfg_bool(&rs, "tie_word_embeddings", 0, &tied_root)) ||
+        (st = loom_cfg_bool(&s, "tie_word_embeddings", tied_root, &g->tied)))
+        return st;
 
+    if ((st = loom_cfg_eos_ids_check(host, ckpt, g->vocab, err)))
+        return st;
     loom_cfg_eos_ids(host, ckpt, g->vocab, g->eos, &g->n_eos);
     return LOOM_OK;
 }

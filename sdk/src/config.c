@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <loom/checked.h>
+
 /* c->file and c->prefix for messages; either may be left NULL. */
 static const char *cfg_file(const loom_cfg *c)
 {
@@ -66,7 +68,11 @@ loom_status loom_cfg_int(const loom_cfg *c, const char *key, int required,
             return loom_err_set(c->err, LOOM_ERR_FORMAT,
                                 "%s: %s%s = %g must be an integer", cfg_file(c),
                                 cfg_prefix(c), key, d);
-        x = h->json_int(v);
+        /* a cast of a real past int64 is undefined (and printed wrong) */
+        if (loom_f64_to_i64(d, &x))
+            return loom_err_set(c->err, LOOM_ERR_FORMAT,
+                                "%s: %s%s = %g is out of range", cfg_file(c),
+                                cfg_prefix(c), key, d);
     } else if (t == LOOM_JSON_INT) {
         x = h->json_int(v);
     } else {
@@ -156,6 +162,8 @@ static void cfg_add_eos(const loom_host *h, const loom_json *v, int64_t vocab,
         int64_t id = h->json_int(e);
         if (vocab > 0 && (id < 0 || id >= vocab))
             continue;
+        if (id < INT32_MIN || id > INT32_MAX)
+            continue; /* never truncated into another id */
         int dup = 0;
         for (int32_t j = 0; j < *n_eos; j++)
             dup |= eos[j] == (int32_t)id;
@@ -177,6 +185,58 @@ void loom_cfg_eos_ids(const loom_host *host, const loom_checkpoint *ckpt,
     cfg_add_eos(host,
                 host->json_get(host->generation_config(ckpt), "eos_token_id"),
                 vocab, eos, n_eos);
+}
+
+/* Refuses the eos ids of V (FIELD of FILE) that are not integers in
+ * [0, vocab). */
+static loom_status cfg_check_eos(const loom_host *h, const loom_json *v,
+                                 int64_t vocab, const char *file,
+                                 const char *field, loom_err *err)
+{
+    loom_json_type t = h->json_type(v);
+    if (cfg_missing(t))
+        return LOOM_OK;
+    int list = t == LOOM_JSON_ARRAY;
+    size_t n = list ? h->json_len(v) : 1;
+    for (size_t i = 0; i < n; i++) {
+        const loom_json *e = list ? h->json_at(v, i) : v;
+        char at[24] = "";
+        if (list)
+            snprintf(at, sizeof at, "[%zu]", i);
+        loom_json_type et = h->json_type(e);
+        if (et != LOOM_JSON_INT)
+            return loom_err_set(err, LOOM_ERR_FORMAT,
+                                "%s: %s%s must be a token id, not %s", file,
+                                field, at, loom_cfg_type_name(et));
+        int64_t id = h->json_int(e);
+        if (id < 0 || id >= vocab)
+            return loom_err_set(err, LOOM_ERR_FORMAT,
+                                "%s: %s%s = %lld is outside the vocabulary "
+                                "[0, %lld)",
+                                file, field, at, (long long)id,
+                                (long long)vocab);
+    }
+    return LOOM_OK;
+}
+
+loom_status loom_cfg_eos_ids_check(const loom_host *host,
+                                   const loom_checkpoint *ckpt, int64_t vocab,
+                                   loom_err *err)
+{
+    const loom_json *root = host->config(ckpt);
+    const loom_json *tc = host->text_config(ckpt);
+    loom_status st = LOOM_OK;
+    if (tc && tc != root)
+        st = cfg_check_eos(host, host->json_get(tc, "eos_token_id"), vocab,
+                           "config.json", "text_config.eos_token_id", err);
+    if (st == LOOM_OK)
+        st = cfg_check_eos(host, host->json_get(root, "eos_token_id"), vocab,
+                           "config.json", "eos_token_id", err);
+    if (st == LOOM_OK)
+        st = cfg_check_eos(
+            host, host->json_get(host->generation_config(ckpt), "eos_token_id"),
+            vocab, "generation_config.json", "eos_token_id", err);
+    return st;
 }
 
 static int cfg_in(const char *s, const char *const *list, size_t n)

@@ -307,6 +307,155 @@ START_TEST(load_errors)
 }
 END_TEST
 
+/* Hostile templates and messages (issue 18): each ends in an error naming
+ * its cause, or in Python's answer, never in a crash, UB or a hang (Check's
+ * per-test timeout catches those). MSGS is JSON for the messages. */
+static const struct {
+    const char *tmpl, *msgs;
+    loom_status code;
+    const char *want; /* the output, or a part of the message */
+} HOSTILE[] = {
+    {"{% for message in messages %}{{ message.turn // -1 }}{% endfor %}",
+     "[{\"role\": \"user\", \"turn\": -9223372036854775808}]", LOOM_ERR_RANGE,
+     "integer overflow"},
+    {"{{ (-9223372036854775807 - 1) % -1 }}", NULL, LOOM_OK, "0"},
+    {"{{ (-9223372036854775807 - 1) is divisibleby(-1) }}", NULL, LOOM_OK,
+     "True"},
+    {"{{ 9223372036854775807 + 1 }}", NULL, LOOM_ERR_RANGE, "overflow"},
+    {"{{ -9223372036854775807 - 2 }}", NULL, LOOM_ERR_RANGE, "overflow"},
+    {"{{ 3037000500 * 3037000500 }}", NULL, LOOM_ERR_RANGE, "overflow"},
+    {"{{ 2 ** 63 }}", NULL, LOOM_ERR_RANGE, "overflow"},
+    {"{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ 1 ** 9223372036854775807 }}", NULL,
+     LOOM_OK, "4611686018427387904 -9223372036854775808 1"},
+    {"{% for m in messages %}{{ -m.turn }}{% endfor %}",
+     "[{\"turn\": -9223372036854775808}]", LOOM_ERR_RANGE, "overflow"},
+    {"{% for m in messages %}{{ m.turn | abs }}{% endfor %}",
+     "[{\"turn\": -9223372036854775808}]", LOOM_ERR_RANGE, "overflow"},
+    {"{{ 1e300 | int }}", NULL, LOOM_ERR_RANGE, "overflow"},
+    {"{{ 9223372036854775808.0 | int }}", NULL, LOOM_ERR_RANGE, "overflow"},
+    {"{{ -9223372036854775808.0 | int }} {{ 2.9 | int }}", NULL, LOOM_OK,
+     "-9223372036854775808 2"},
+    {"{{ '99999999999999999999' | int }}", NULL, LOOM_ERR_RANGE, "overflow"},
+    {"{{ 1e308 * 10 }}", NULL, LOOM_ERR_RANGE, "not a finite number (inf)"},
+    {"{{ 'nan' | float }}", NULL, LOOM_ERR_RANGE, "not a finite number (nan)"},
+    {"{{ 99999999999999999999 }}", NULL, LOOM_ERR_FORMAT, "out of range"},
+    {"{{ 1e999 }}", NULL, LOOM_ERR_FORMAT, "out of range"},
+    {"{{ range(-9223372036854775807 - 1, 9223372036854775807) | length }}",
+     NULL, LOOM_ERR_RANGE, "range() too long"},
+    {"{{ range(9223372036854775806, 9223372036854775807, 9223372036854775807) "
+     "| list }} {{ range(5, -9223372036854775807 - 1, -9223372036854775807) "
+     "| list }}",
+     NULL, LOOM_OK, "[9223372036854775806] [5, -9223372036854775802]"},
+    {"{{ 'a' * 10000000000 }}", NULL, LOOM_ERR_RANGE, "size limit"},
+    {"{{ 'ab' * -3 }}|{{ 'ab' * 2 }}", NULL, LOOM_OK, "|abab"},
+    {"{{ [1] | tojson(indent=1000000000) }}", NULL, LOOM_ERR_RANGE,
+     "indent over 1000"},
+    {"{{ [1] | tojson(indent=2) }}", NULL, LOOM_OK, "[\n  1\n]"},
+    {"{% set ns = namespace(s='a') %}{% for i in range(100) %}"
+     "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+     NULL, LOOM_ERR_RANGE, "size limit"},
+    {"{% set ns = namespace(s='ab') %}{% for i in range(100) %}"
+     "{% set ns.s = ns.s.replace('a', 'aaaaaaaa') %}{% endfor %}",
+     NULL, LOOM_ERR_RANGE, "size limit"},
+    {"{% for i in range(1000000) %}{% for j in range(1000000) %}"
+     "{% endfor %}{% endfor %}",
+     NULL, LOOM_ERR_RANGE, "steps"},
+    {"{% set ns = namespace(a=1) %}{% set ns.b = [ns] %}{{ ns }}", NULL,
+     LOOM_ERR_RANGE, "holds itself"},
+    {"{% set ns = namespace(x=[]) %}{% for i in range(100000) %}"
+     "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x | length }}",
+     NULL, LOOM_ERR_RANGE, "too large or deep"},
+    {"{% set ns = namespace(x=[1]) %}{% for i in range(64) %}"
+     "{% set ns.x = [ns.x, ns.x] %}{% endfor %}{{ ns.x | tojson }}",
+     NULL, LOOM_ERR_RANGE, "too large or deep"},
+    {"{{ 'abc'[1::9223372036854775807] }}{{ 'abc'[::-9223372036854775807] }}"
+     "{{ 'a\xc3\xa9z'[::-1] }}{{ [1, 2, 3][-9223372036854775807 - 1:] }}",
+     NULL, LOOM_OK,
+     "bcz\xc3\xa9"
+     "a[1, 2, 3]"},
+};
+
+/* "{{ " OPEN*N "1" CLOSE*N " }}" */
+static char *nested(const char *open, const char *close, size_t n)
+{
+    size_t lo = strlen(open), lc = strlen(close);
+    char *s = malloc(n * (lo + lc) + 16), *p = s;
+    p += sprintf(p, "{{ ");
+    for (size_t i = 0; i < n; i++, p += lo)
+        memcpy(p, open, lo);
+    *p++ = '1';
+    for (size_t i = 0; i < n; i++, p += lc)
+        memcpy(p, close, lc);
+    sprintf(p, " }}");
+    return s;
+}
+
+START_TEST(hostile)
+{
+    json_t *msgs =
+        HOSTILE[_i].msgs ? json_loads(HOSTILE[_i].msgs, 0, NULL) : json_array();
+    ck_assert_ptr_nonnull(msgs);
+    char *out = NULL;
+    loom_err err;
+    loom_status st =
+        loom_chat_render(HOSTILE[_i].tmpl, msgs, 0, NULL, &out, &err);
+    ck_assert_msg(st == HOSTILE[_i].code, "case %d: status %d (%s)", _i,
+                  (int)st, st == LOOM_OK ? out : err.msg);
+    if (st == LOOM_OK)
+        ck_assert_str_eq(out, HOSTILE[_i].want);
+    else
+        ck_assert_msg(strstr(err.msg, HOSTILE[_i].want) != NULL,
+                      "case %d: message \"%s\" lacks \"%s\"", _i, err.msg,
+                      HOSTILE[_i].want);
+    free(out);
+    json_decref(msgs);
+}
+END_TEST
+
+/* Deep nesting and long chains are refused before they can exhaust the
+ * parser's or the evaluator's stack; nesting that templates use works. */
+START_TEST(nesting_limits)
+{
+    static const struct {
+        const char *open, *close;
+        size_t n;
+    } deep[] = {{"(", ")", 20000},  {"not ", "", 20000},
+                {"-", "", 2048},    {"[", "]", 20000},
+                {"1 + ", "", 5000}, {"", " | string", 5000},
+                {"", ".a", 5000},   {"1 if 1 else ", "", 5000}};
+    json_t *msgs = json_array();
+    char *out = NULL;
+    loom_err err;
+    for (size_t i = 0; i < sizeof deep / sizeof deep[0]; i++) {
+        char *t = nested(deep[i].open, deep[i].close, deep[i].n);
+        loom_status st = loom_chat_render(t, msgs, 0, NULL, &out, &err);
+        ck_assert_msg(st == LOOM_ERR_RANGE, "case %zu: status %d (%s)", i,
+                      (int)st, st == LOOM_OK ? "ok" : err.msg);
+        ck_assert_msg(strstr(err.msg, "deeply") != NULL, "case %zu: %s", i,
+                      err.msg);
+        free(t);
+        char *ok = nested(deep[i].open, deep[i].close, 30);
+        st = loom_chat_render(ok, msgs, 0, NULL, &out, &err);
+        ck_assert_msg(st == LOOM_OK || !strstr(err.msg, "deeply"),
+                      "case %zu at 30: %s", i, err.msg);
+        if (st == LOOM_OK)
+            free(out);
+        free(ok);
+    }
+    /* statements nested past the limit */
+    size_t n = 5000;
+    char *t = malloc(n * 24 + 1), *p = t;
+    for (size_t i = 0; i < n; i++)
+        p += sprintf(p, "{%% if 1 %%}");
+    for (size_t i = 0; i < n; i++)
+        p += sprintf(p, "{%% endif %%}");
+    ck_assert_int_eq(loom_chat_render(t, msgs, 0, NULL, &out, &err),
+                     LOOM_ERR_RANGE);
+    free(t);
+    json_decref(msgs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("chat_template");
@@ -318,6 +467,9 @@ static Suite *suite(void)
     tcase_add_test(tc, variables);
     tcase_add_loop_test(tc, errors, 0, (int)(sizeof ERRORS / sizeof ERRORS[0]));
     tcase_add_test(tc, load_errors);
+    tcase_add_loop_test(tc, hostile, 0,
+                        (int)(sizeof HOSTILE / sizeof HOSTILE[0]));
+    tcase_add_test(tc, nesting_limits);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -216,6 +216,68 @@ START_TEST(eos_ids_merged)
 }
 END_TEST
 
+/* issue 18: eos ids out of the vocabulary (-1, 1e6, 2^40, which truncated
+ * to 0) and ids that are not integers are refused, naming the field. */
+START_TEST(eos_ids_checked)
+{
+    static const struct {
+        const char *config, *gen, *msg;
+    } bad[] = {
+        {"{\"eos_token_id\": -1}", NULL,
+         "config.json: eos_token_id = -1 is outside the vocabulary [0, 512)"},
+        {"{\"eos_token_id\": [1, 1099511627776]}", NULL,
+         "config.json: eos_token_id[1] = 1099511627776 is outside the "
+         "vocabulary [0, 512)"},
+        {"{\"eos_token_id\": 1e6}", NULL,
+         "config.json: eos_token_id must be a token id, not a real"},
+        {"{\"text_config\": {\"eos_token_id\": [\"x\"]}}", NULL,
+         "config.json: text_config.eos_token_id[0] must be a token id, not a "
+         "string"},
+        {"{\"eos_token_id\": 3}", "{\"eos_token_id\": 512}",
+         "generation_config.json: eos_token_id = 512 is outside the "
+         "vocabulary [0, 512)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fixture_ckpt f;
+        open_cfg(&f, bad[i].config, bad[i].gen);
+        ck_assert_int_eq(
+            loom_cfg_eos_ids_check(&f.hs.host, f.ckpt, 512, &f.err),
+            LOOM_ERR_FORMAT);
+        ck_assert_str_eq(f.err.msg, bad[i].msg);
+        /* the unchecked merge never truncates 2^40 into id 0 */
+        int32_t eos[LOOM_MAX_EOS], n = -1;
+        loom_cfg_eos_ids(&f.hs.host, f.ckpt, 0, eos, &n);
+        for (int32_t k = 0; k < n; k++)
+            ck_assert_int_ne(eos[k], 0);
+        loom_checkpoint_close(f.ckpt);
+    }
+    fixture_ckpt f;
+    open_cfg(&f, "{\"eos_token_id\": [3, 511], \"text_config\": {}}",
+             "{\"eos_token_id\": null}");
+    ck_assert_int_eq(loom_cfg_eos_ids_check(&f.hs.host, f.ckpt, 512, &f.err),
+                     LOOM_OK);
+    loom_checkpoint_close(f.ckpt);
+}
+END_TEST
+
+/* issue 18: an integral real past int64 is refused by value, not cast
+ * (undefined) and printed as -9223372036854775808. */
+START_TEST(huge_integral_real_refused)
+{
+    fixture_ckpt f;
+    open_cfg(&f, "{\"n\": 1e19, \"m\": -1e300}", NULL);
+    f.c.integral_reals = 1;
+    int64_t v = 0;
+    ck_assert_int_eq(loom_cfg_int(&f.c, "n", 1, 0, 1, INT64_MAX, &v),
+                     LOOM_ERR_FORMAT);
+    ck_assert_str_eq(f.err.msg, "config.json: n = 1e+19 is out of range");
+    ck_assert_int_eq(loom_cfg_int(&f.c, "m", 1, 0, INT64_MIN, INT64_MAX, &v),
+                     LOOM_ERR_FORMAT);
+    ck_assert_ptr_null(strstr(f.err.msg, "9223372036854775808"));
+    loom_checkpoint_close(f.ckpt);
+}
+END_TEST
+
 START_TEST(probe_scores)
 {
     fixture_ckpt f;
@@ -262,8 +324,10 @@ END_TEST
 
 int main(void)
 {
-    const TTest *tests[] = {int_fields, real_and_bool_fields, eos_ids_merged,
-                            probe_scores, report_ids};
+    const TTest *tests[] = {
+        int_fields,      real_and_bool_fields,       eos_ids_merged,
+        eos_ids_checked, huge_integral_real_refused, probe_scores,
+        report_ids};
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("config");
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)

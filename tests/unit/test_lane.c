@@ -501,6 +501,70 @@ START_TEST(cancelled_stream_frees_its_cache)
 }
 END_TEST
 
+/* What the stats say while a stream's final event is delivered. */
+typedef struct stats_at_final {
+    loom_lane *lane;
+    int finals;
+    int32_t active, queued;
+} stats_at_final;
+
+static int stats_on_final(void *user, const loom_lane_event *ev)
+{
+    stats_at_final *f = user;
+    if (ev->finish != LOOM_FINISH_NONE) {
+        loom_lane_stats st;
+        loom_lane_get_stats(f->lane, &st);
+        f->active += st.active;
+        f->queued += st.queued;
+        f->finals++;
+    }
+    return 0;
+}
+
+/* issue 18 (test_server's flaky stream count): a client that has its
+ * stream's final event must not see the stream still counted, whether it
+ * ended by length or was cancelled while queued. */
+START_TEST(final_event_sees_its_stream_uncounted)
+{
+    loom_engine *e = open_toy(0);
+    loom_lane *lane = new_lane(e, 1, 16, 0);
+    static const int32_t prompt[3] = {7, 8, 9};
+    stats_at_final f = {.lane = lane};
+    loom_stream_params p;
+    memset(&p, 0, sizeof p);
+    p.prompt = prompt;
+    p.n_prompt = 3;
+    loom_sample_params_default(&p.sample);
+    p.sample.temperature = 0;
+    p.max_tokens = 3;
+    p.cb = stats_on_final;
+    p.user = &f;
+    uint64_t id = 0, id2 = 0;
+    loom_err err;
+    ck_assert_int_eq(loom_lane_add(lane, &p, &id, &err), LOOM_OK);
+    run_idle(lane);
+    ck_assert_int_eq(f.finals, 1);
+    ck_assert_int_eq(f.active, 0);
+    ck_assert_int_eq(f.queued, 0);
+    /* one decoding, one queued behind it and cancelled there */
+    p.max_tokens = 1000;
+    ck_assert_int_eq(loom_lane_add(lane, &p, &id, &err), LOOM_OK);
+    ck_assert_int_eq(loom_lane_step(lane, NULL, NULL), LOOM_OK);
+    ck_assert_int_eq(loom_lane_add(lane, &p, &id2, &err), LOOM_OK);
+    loom_lane_cancel(lane, id2);
+    ck_assert_int_eq(loom_lane_step(lane, NULL, NULL), LOOM_OK);
+    ck_assert_int_eq(f.finals, 2);
+    ck_assert_int_eq(f.active, 1); /* the decoding stream, still counted */
+    ck_assert_int_eq(f.queued, 0);
+    loom_lane_cancel(lane, id);
+    run_idle(lane);
+    ck_assert_int_eq(f.finals, 3);
+    ck_assert_int_eq(f.active, 1);
+    loom_lane_free(lane);
+    loom_engine_close(e);
+}
+END_TEST
+
 START_TEST(thousand_streams_leave_the_pool_as_it_started)
 {
     loom_engine *e = open_toy(0);
@@ -1503,6 +1567,7 @@ static Suite *suite(void)
     tcase_add_test(t, prefill_chunk_sizes_do_not_change_tokens);
     tcase_add_test(t, unseeded_streams_report_the_seed_that_repeats_them);
     tcase_add_test(t, cancelled_stream_frees_its_cache);
+    tcase_add_test(t, final_event_sees_its_stream_uncounted);
     tcase_add_test(t, thousand_streams_leave_the_pool_as_it_started);
     tcase_add_test(t, stop_string_split_across_tokens_stops_and_is_not_emitted);
     tcase_add_test(t, held_back_text_is_released_when_no_stop_follows);

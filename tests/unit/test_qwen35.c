@@ -600,6 +600,36 @@ START_TEST(broken_geometry)
 }
 END_TEST
 
+/* issue 18: a config whose sizes wrap in int64 (4 key heads of 2^62 + 8
+ * gave 32, this checkpoint's real width, so every shape check passed and
+ * the forward overran the state), optional fields of the wrong type and
+ * eos ids outside the vocabulary are refused at open. */
+START_TEST(hostile_geometry)
+{
+    const char *t = "models/qwen35-tiny";
+    expect_refusal(tm_edited_copy(t,
+                                  "{\"linear_num_key_heads\": 4, "
+                                  "\"linear_num_value_heads\": 4, "
+                                  "\"linear_key_head_dim\": "
+                                  "4611686018427387912}",
+                                  0),
+                   LOOM_ERR_FORMAT, "linear_key_head_dim", "2^48");
+    expect_refusal(tm_edited_copy(t,
+                                  "{\"vocab_size\": 4294967296, "
+                                  "\"hidden_size\": 4294967296}",
+                                  0),
+                   LOOM_ERR_FORMAT, "vocab_size x hidden_size", "2^48");
+    expect_refusal(tm_edited_copy(t, "{\"tie_word_embeddings\": \"yes\"}", 0),
+                   LOOM_ERR_FORMAT, "tie_word_embeddings", "boolean");
+    expect_refusal(tm_edited_copy(t, "{\"rope_parameters\": \"x\"}", 0),
+                   LOOM_ERR_FORMAT, "rope_parameters", "object");
+    expect_refusal(tm_edited_copy(t, "{\"eos_token_id\": -1}", 0),
+                   LOOM_ERR_FORMAT, "eos_token_id = -1", "vocabulary");
+    expect_refusal(tm_edited_copy(t, "{\"eos_token_id\": 1099511627776}", 0),
+                   LOOM_ERR_FORMAT, "eos_token_id = 1099511627776", NULL);
+}
+END_TEST
+
 /* The probe: architectures first, model_type second, nothing else; eos
  * ids gathered from config.json and generation_config.json. */
 START_TEST(probe_and_eos)
@@ -1198,6 +1228,7 @@ int main(void)
     TCase *broken = tcase_create("broken");
     tcase_set_timeout(broken, 120);
     tcase_add_test(broken, broken_geometry);
+    tcase_add_test(broken, hostile_geometry);
     tcase_add_test(broken, probe_and_eos);
     tcase_add_test(broken, broken_tensors);
     tcase_add_test(broken, qwen3_next_layout);

@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include <loom/checkpoint.h>
+#include <loom/cpu_ops.h>
 #include <loom/safetensors.h>
 
 #include "testutil.h"
@@ -356,6 +357,43 @@ START_TEST(test_offsets)
     expect_bad("{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,"
                "18446744073709551615]}}",
                6, LOOM_ERR_FORMAT, NULL, "not valid JSON");
+}
+END_TEST
+
+/* issue 18: a header of odd length puts the data at odd addresses; the
+ * kernels read through typed pointers, so each tensor's data must come out
+ * aligned to its element size, holding the file's values. */
+START_TEST(test_misaligned_data_read_safely)
+{
+    static const char header[] =
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
+        "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[12,16]},"
+        "\"c\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[16,17]}}";
+    ck_assert_uint_eq((8 + strlen(header)) % 2, 1);
+    unsigned char data[17];
+    const float a[3] = {1.5f, -2.0f, 1e-3f};
+    memcpy(data, a, sizeof a);
+    const unsigned char b[4] = {0x80, 0x3f, 0x00, 0xc0}; /* 1.0, -2.0 */
+    memcpy(data + 12, b, 4);
+    data[16] = 7;
+    const char *path = path_in(temp_dir(), "odd.safetensors");
+    write_st(path, header, data, sizeof data);
+    loom_st *st = NULL;
+    loom_err err;
+    ck_assert_msg(loom_st_open_file(path, &st, &err) == LOOM_OK, "%s", err.msg);
+    const loom_tensor *ta = loom_st_find(st, "a");
+    const loom_tensor *tb = loom_st_find(st, "b");
+    ck_assert(ta && tb);
+    ck_assert_uint_eq((uintptr_t)ta->data % 4, 0);
+    ck_assert_uint_eq((uintptr_t)tb->data % 2, 0);
+    float out[3];
+    ck_assert_int_eq(loom_cpu_tensor_f32(ta, out, 3, &err), LOOM_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert(out[i] == a[i]);
+    ck_assert(loom_cpu_load_f32(tb->data, tb->dtype, 1) == -2.0f);
+    ck_assert_int_eq(((const unsigned char *)loom_st_find(st, "c")->data)[0],
+                     7);
+    loom_st_close(st);
 }
 END_TEST
 
@@ -787,6 +825,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_index_names_absent_tensor);
     tcase_add_test(tc, test_duplicate_across_shards);
     tcase_add_test(tc, test_bad_index);
+    tcase_add_test(tc, test_misaligned_data_read_safely);
     tcase_add_test(tc, test_fixture_qwen35);
     tcase_add_test(tc, test_fixture_nemotron);
     suite_add_tcase(s, tc);

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <jansson.h>
@@ -15,6 +17,7 @@
 #include <loom/tokenizer.h>
 
 #include "../../core/src/server/server_auth.h"
+#include "../../core/src/server/server_gate.h"
 #include "../../core/src/server/server_http.h"
 #include "../../core/src/server/server_log.h"
 #include "../../core/src/server/server_metrics.h"
@@ -439,6 +442,25 @@ START_TEST(test_keyring_parse)
     write_file(path, "bob:\n", 0600);
     ck_assert_int_eq(srv_keyring_load(path, &k, &err), LOOM_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(err.msg, ":1:"));
+    /* issue 18: a ':' in an unlabelled key is not split into label and
+     * key (that accepted "Bearer tail" and logged "sk-noLabel"); the
+     * labelled form takes a key with ':'; messages never quote a line */
+    static const char *const bad[] = {"sk-noLabel:tail\n", "a b\n",
+                                      "a: b c\n",          "a:b: c\n",
+                                      ": sk-x\n",          "a : sk-x\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_file(path, bad[i], 0600);
+        ck_assert_msg(srv_keyring_load(path, &k, &err) == LOOM_ERR_FORMAT, "%s",
+                      bad[i]);
+        ck_assert_ptr_nonnull(strstr(err.msg, ":1:"));
+        ck_assert_ptr_null(strstr(err.msg, "sk-"));
+        ck_assert_ptr_null(strstr(err.msg, "tail"));
+    }
+    write_file(path, "ops: sk-noLabel:tail\n", 0600);
+    ck_assert_int_eq(srv_keyring_load(path, &k, &err), LOOM_OK);
+    ck_assert_str_eq(srv_keyring_check(k, "sk-noLabel:tail", 15), "ops");
+    ck_assert_ptr_null(srv_keyring_check(k, "tail", 4));
+    srv_keyring_free(k);
     char missing[700];
     snprintf(missing, sizeof missing, "%s.absent", path);
     ck_assert_int_eq(srv_keyring_load(missing, &k, &err), LOOM_ERR_NOT_FOUND);
@@ -1139,7 +1161,12 @@ START_TEST(test_disconnect_cancels_stream)
             while (metric(port, "loom_streams_active") != 1)
                 loom_sleep_ms(5);
         }
-        loom_socket_close(s);
+        /* a plain request's client is gone only on a reset (a half-close
+         * still reads its answer: test_half_close_gets_answer) */
+        if (k < 2)
+            loom_socket_close(s);
+        else
+            loom_socket_reset(s);
         /* the stream ends well before its 4000 tokens and frees its cache */
         uint64_t t0 = loom_now_ns();
         while (metric(port, "loom_streams_active") != 0 ||
@@ -1473,6 +1500,354 @@ START_TEST(test_graceful_stop)
 }
 END_TEST
 
+/* ------------------------------------------------------ hostile input */
+
+/* One request's error: its status, and its param (NULL: none wanted). */
+static void expect_error(int port, const char *path, const char *body,
+                         int status, const char *param)
+{
+    resp r;
+    json_t *root;
+    request(port, "POST", path, NULL, body, &r);
+    json_t *e = check_error(&r, status, &root);
+    const char *got = str_of(e, "param");
+    ck_assert_msg(param ? got && strcmp(got, param) == 0 : 1,
+                  "%s: param %s, wanted %s (%s)", body, got ? got : "null",
+                  param, str_of(e, "message"));
+    json_decref(root);
+    resp_free(&r);
+}
+
+/* issue 18's smaller defects, each with the answer it must get. */
+START_TEST(test_hostile_requests)
+{
+    loom_server *srv = start(NULL, 1);
+    int port = loom_server_port(srv);
+    /* out of the vocabulary: the param is named (it was null) */
+    expect_error(port, "/v1/completions", "{\"prompt\":[1,99999]}", 400,
+                 "prompt");
+    expect_error(port, "/v1/completions",
+                 "{\"prompt\":[1],\"logit_bias\":{\"99999\":1}}", 400,
+                 "logit_bias");
+    /* logit_bias keys are decimal integers, nothing else */
+    static const char *const keys[] = {" 5",  "+5",  "5 ", "-0",
+                                       "0x5", "5.0", "",   "99999999999"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        char body[128];
+        snprintf(body, sizeof body,
+                 "{\"prompt\":[1],\"max_tokens\":1,\"logit_bias\":{\"%s\":1}}",
+                 keys[i]);
+        expect_error(port, "/v1/completions", body, 400, "logit_bias");
+    }
+    resp r;
+    request(port, "POST", "/v1/completions", NULL,
+            "{\"prompt\":[1],\"max_tokens\":1,\"logit_bias\":{\"5\":1}}", &r);
+    ck_assert_msg(r.status == 200, "%s", r.body);
+    resp_free(&r);
+    /* a message without content is a 400 naming the field, not a template
+     * error */
+    expect_error(port, "/v1/chat/completions",
+                 "{\"messages\":[{\"role\":\"user\",\"content\":null}]}", 400,
+                 "messages[0].content");
+    expect_error(port, "/v1/chat/completions",
+                 "{\"messages\":[{\"role\":\"system\",\"content\":\"a\"},"
+                 "{\"role\":\"user\"}]}",
+                 400, "messages[1].content");
+    /* two Content-Length headers are refused, not one of them believed */
+    loom_socket s = open_req(port, "POST", "/v1/completions",
+                             "Content-Length: 14\r\n", "{\"prompt\":\"a\"}");
+    read_resp(s, &r);
+    json_t *root;
+    json_t *e = check_error(&r, 400, &root);
+    ck_assert_ptr_nonnull(strstr(str_of(e, "message"), "Content-Length"));
+    json_decref(root);
+    resp_free(&r);
+    request(port, "GET", "/health", NULL, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+    loom_server_free(srv);
+}
+END_TEST
+
+/* A server over a copy of the fixture model whose chat template is TMPL. */
+static loom_server *start_with_template(const char *tmpl)
+{
+    const char *dir = temp_dir();
+    static const char *const files[] = {"config.json", "generation_config.json",
+                                        "model.safetensors", "tokenizer.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char from[1024], to[1024];
+        snprintf(from, sizeof from, "%s/%s", fixture("models/qwen35-tiny"),
+                 files[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+        FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+        ck_assert(in && out);
+        char buf[65536];
+        size_t k;
+        while ((k = fread(buf, 1, sizeof buf, in)) > 0)
+            ck_assert_uint_eq(fwrite(buf, 1, k, out), k);
+        fclose(in);
+        fclose(out);
+    }
+    json_t *cfg = json_pack("{s:s, s:s}", "eos_token", "<|im_end|>",
+                            "chat_template", tmpl);
+    char *text = json_dumps(cfg, 0);
+    write_text_in(dir, "tokenizer_config.json", text);
+    free(text);
+    json_decref(cfg);
+    loom_server_params p;
+    memset(&p, 0, sizeof p);
+    loom_server *srv = start(&p, 0);
+    static const char *const dirs[] = {LOOM_PLUGIN_DIR};
+    loom_engine_params ep;
+    memset(&ep, 0, sizeof ep);
+    ep.model = dir;
+    ep.plugin_dirs = dirs;
+    ep.n_plugin_dirs = 1;
+    ep.n_threads = 1;
+    loom_err err;
+    ck_assert_msg(loom_server_load(srv, &ep, &err) == LOOM_OK, "%s", err.msg);
+    return srv;
+}
+
+/* issue 18: one request could end the process through the template
+ * (INT64_MIN // -1 is SIGFPE) or hang it; now it is a 400 naming the
+ * template's error, and the server answers the next request. */
+START_TEST(test_hostile_template)
+{
+    loom_server *srv = start_with_template(
+        "{% for message in messages %}{{ message.turn // -1 }}"
+        "{% if message.turn == 7 %}{% for i in range(1000000) %}"
+        "{% for j in range(1000000) %}{% endfor %}{% endfor %}{% endif %}"
+        "{{ message.content }}{% endfor %}");
+    int port = loom_server_port(srv);
+    static const char *const hostile[] = {"-9223372036854775808", "7"};
+    static const char *const why[] = {"integer overflow", "steps"};
+    for (int i = 0; i < 2; i++) {
+        char body[256];
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\","
+                 "\"turn\":%s}],\"max_tokens\":1}",
+                 hostile[i]);
+        uint64_t t0 = loom_now_ns();
+        resp r;
+        json_t *root;
+        request(port, "POST", "/v1/chat/completions", NULL, body, &r);
+        json_t *e = check_error(&r, 400, &root);
+        ck_assert_str_eq(str_of(e, "code"), "template_error");
+        ck_assert_msg(strstr(str_of(e, "message"), why[i]) != NULL, "%s",
+                      str_of(e, "message"));
+        ck_assert_msg(loom_now_ns() - t0 < 20000000000ull, "took %.1f s",
+                      (double)(loom_now_ns() - t0) / 1e9);
+        json_decref(root);
+        resp_free(&r);
+    }
+    resp r;
+    request(port, "POST", "/v1/chat/completions", NULL,
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\","
+            "\"turn\":5}],\"max_tokens\":1}",
+            &r);
+    ck_assert_msg(r.status == 200, "%s", r.body);
+    resp_free(&r);
+    loom_server_free(srv);
+}
+END_TEST
+
+/* issue 18: a client that shuts its sending half after the request (as
+ * `curl -T` or a proxy may) still gets its answer. */
+START_TEST(test_half_close_gets_answer)
+{
+    loom_server *srv = start(NULL, 1);
+    int port = loom_server_port(srv);
+    loom_socket s = open_req(port, "POST", "/v1/completions", NULL,
+                             "{\"prompt\":[5,6,7],\"max_tokens\":40,"
+                             "\"ignore_eos\":true,\"temperature\":0}");
+    ck_assert_int_eq(shutdown((int)s, SHUT_WR), 0);
+    resp r;
+    read_resp(s, &r);
+    ck_assert_msg(r.status == 200, "%s", r.body);
+    json_t *j = body_json(&r);
+    ck_assert_int_eq(int_of(j, "usage.completion_tokens"), 40);
+    json_decref(j);
+    resp_free(&r);
+    loom_server_free(srv);
+}
+END_TEST
+
+/* issue 18: clients that trickle their headers or body a byte at a time
+ * (each byte restarted the idle timeout) are shut at the read deadline,
+ * and /health answers within a second while 1,000 of them are connected. */
+START_TEST(test_slow_clients_are_shed)
+{
+    struct rlimit rl;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
+    /* each slow client holds two descriptors here: ours and the server's */
+    int n = 1000;
+    if (rl.rlim_cur < 2 * (rlim_t)n + 200)
+        n = (int)(rl.rlim_cur - 200) / 2;
+    ck_assert_int_ge(n, 100);
+    loom_server_params p;
+    memset(&p, 0, sizeof p);
+    p.read_timeout_ms = 1500;
+    loom_server *srv = start(&p, 1);
+    int port = loom_server_port(srv);
+    loom_socket *slow = calloc((size_t)n, sizeof *slow);
+    loom_err err;
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(loom_tcp_connect("127.0.0.1", port, &slow[i], &err) ==
+                          LOOM_OK,
+                      "%s", err.msg);
+        /* half the clients trickle headers, half a declared body */
+        const char *start_text =
+            i % 2 ? "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "
+                  : "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                    "Content-Type: application/json\r\n"
+                    "Content-Length: 100\r\n\r\n{";
+        ck_assert_int_eq(
+            loom_socket_send_all(slow[i], start_text, strlen(start_text)), 0);
+    }
+    uint64_t t0 = loom_now_ns();
+    resp r;
+    request(port, "GET", "/health", NULL, NULL, &r);
+    double dt = (double)(loom_now_ns() - t0) / 1e9;
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+    ck_assert_msg(dt < 1.0, "/health took %.2f s with %d slow clients", dt, n);
+    /* a byte each every 250 ms: past the deadline all the same */
+    int open_left = n;
+    char *closed = calloc((size_t)n, 1);
+    while (open_left > 0) {
+        ck_assert_msg(loom_now_ns() - t0 < 8000000000ull,
+                      "%d of %d slow clients still open after 8 s", open_left,
+                      n);
+        for (int i = 0; i < n; i++) {
+            if (closed[i])
+                continue;
+            char b[256];
+            long got = loom_socket_recv(slow[i], b, sizeof b, 0);
+            if (got == 0 || got == -1 ||
+                loom_socket_send_all(slow[i], "a", 1) != 0) {
+                closed[i] = 1;
+                open_left--;
+            }
+        }
+        loom_sleep_ms(250);
+    }
+    double shed = (double)(loom_now_ns() - t0) / 1e9;
+    ck_assert_msg(shed > 1.0, "shed after %.2f s, before the deadline", shed);
+    for (int i = 0; i < n; i++)
+        loom_socket_close(slow[i]);
+    free(slow);
+    free(closed);
+    /* a client that is merely slow, but within the deadline, is served */
+    loom_socket s;
+    ck_assert_int_eq(loom_tcp_connect("127.0.0.1", port, &s, &err), LOOM_OK);
+    const char *req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close"
+                      "\r\n\r\n";
+    for (size_t at = 0, len = strlen(req); at < len; at += 8) {
+        size_t k = len - at < 8 ? len - at : 8;
+        ck_assert_int_eq(loom_socket_send_all(s, req + at, k), 0);
+        loom_sleep_ms(20);
+    }
+    read_resp(s, &r);
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+    loom_server_free(srv);
+}
+END_TEST
+
+/* issue 18: malformed HTTP got libmicrohttpd's HTML pages; a first
+ * request's head is now checked at the gate and refused with OpenAI JSON
+ * errors and the right status. */
+START_TEST(test_malformed_http)
+{
+    loom_server *srv = start(NULL, 0);
+    int port = loom_server_port(srv);
+    static const struct {
+        const char *head; /* NULL: a long one made below */
+        int status;
+        const char *code;
+    } bad[] = {
+        {"GARBAGE\r\n\r\n", 400, "bad_request"},
+        {"GET /health HTTP/2.0\r\nHost: x\r\n\r\n", 505,
+         "http_version_not_supported"},
+        {"GET /health HTTP/1.1\r\nHost x\r\n\r\n", 400, "bad_request"},
+        {"GET /health HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", 400,
+         "bad_request"},
+        {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc"
+         "\r\n\r\n",
+         400, "bad_request"},
+        {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+         "Content-Length: 2\r\n\r\n{}",
+         400, "bad_request"},
+        {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n{}",
+         400, "bad_request"},
+        {NULL, 414, "uri_too_long"},
+        {NULL, 431, "headers_too_large"},
+    };
+    int longs = 0;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *head = NULL;
+        if (bad[i].head) {
+            head = malloc(strlen(bad[i].head) + 1);
+            strcpy(head, bad[i].head);
+        } else {
+            size_t n = 20000;
+            head = malloc(n + 64);
+            if (longs++ == 0) {
+                memcpy(head, "GET /", 5);
+                memset(head + 5, 'a', n);
+                strcpy(head + 5 + n, " HTTP/1.1\r\n\r\n");
+            } else {
+                strcpy(head, "GET /health HTTP/1.1\r\nX: ");
+                size_t k = strlen(head);
+                memset(head + k, 'a', n);
+                strcpy(head + k + n, "\r\n\r\n");
+            }
+        }
+        loom_socket s;
+        loom_err err;
+        ck_assert_int_eq(loom_tcp_connect("127.0.0.1", port, &s, &err),
+                         LOOM_OK);
+        ck_assert_int_eq(loom_socket_send_all(s, head, strlen(head)), 0);
+        resp r;
+        read_resp(s, &r);
+        json_t *root;
+        json_t *e = check_error(&r, bad[i].status, &root);
+        ck_assert_str_eq(str_of(e, "code"), bad[i].code);
+        char ct[64];
+        ck_assert_str_eq(header(&r, "Content-Type", ct, sizeof ct),
+                         "application/json");
+        json_decref(root);
+        resp_free(&r);
+        free(head);
+    }
+    /* the head checker on its own: well formed, incomplete, refused */
+    size_t hl = 0;
+    srv_error e;
+    const char ok[] = "GET /v1/models?x=1 HTTP/1.0\nHost: a\r\nA-b: c \r\n\r\n";
+    ck_assert_int_eq(srv_head_check(ok, strlen(ok), &hl, &e), 0);
+    ck_assert_uint_eq(hl, strlen(ok));
+    ck_assert_int_eq(srv_head_check(ok, 20, &hl, &e), 1);
+    ck_assert_int_eq(srv_head_check("GET", 3, &hl, &e), 1);
+    ck_assert_int_eq(
+        srv_head_check("GET / HTTP/1.1\r\nX: a\x01\r\n\r\n", 26, &hl, &e), -1);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_int_eq(srv_head_check("GET  / HTTP/1.1\r\n\r\n", 19, &hl, &e),
+                     -1);
+    /* the server is still fine */
+    resp r;
+    request(port, "GET", "/health", NULL, NULL, &r);
+    ck_assert_int_eq(r.status, 503); /* no model loaded */
+    resp_free(&r);
+    loom_server_free(srv);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("server");
@@ -1492,6 +1867,11 @@ static Suite *suite(void)
     tcase_add_test(tc, test_request_log_whole_lines);
     tcase_add_test(tc, test_log_direct_concurrent_appends);
     tcase_add_test(tc, test_graceful_stop);
+    tcase_add_test(tc, test_hostile_requests);
+    tcase_add_test(tc, test_hostile_template);
+    tcase_add_test(tc, test_half_close_gets_answer);
+    tcase_add_test(tc, test_slow_clients_are_shed);
+    tcase_add_test(tc, test_malformed_http);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -363,6 +363,12 @@ START_TEST(test_find_errors)
     expect_find_fail(c, "bad.i8", 0, 0, LOOM_ERR_UNSUPPORTED,
                      "'bad.i8.weight' is I8");
     expect_find_fail(c, "bad.vec", 0, 0, LOOM_ERR_FORMAT, "1 dimensions");
+    /* issue 18: a negative expected size (a wrapped product) is refused,
+     * not taken for "any" */
+    expect_find_fail(c, "model.layers.0.mlp.up_proj", -32, 0, LOOM_ERR_INVALID,
+                     "is negative");
+    expect_find_fail(c, "model.layers.0.mlp.up_proj", 0, INT64_MIN,
+                     LOOM_ERR_INVALID, "is negative");
     loom_checkpoint_close(c);
 }
 END_TEST

@@ -38,7 +38,11 @@ const char *loom_chat_template_eos(const loom_chat_template *t);
  * add_generation_prompt, bos_token, eos_token and the members of EXTRA
  * (an object or NULL: "tools", "enable_thinking", ...) as variables.
  * *out is malloc'd and NUL-terminated. A raise_exception() in the template
- * gives LOOM_ERR_INVALID with its message. [thread-safe]: T is read-only. */
+ * gives LOOM_ERR_INVALID with its message. Integer overflow, results that
+ * are not finite, and renders past the engine's bounds (nesting, 10M steps,
+ * 64 MiB per string or output, 1 GiB built, 4M items per list) give
+ * LOOM_ERR_RANGE naming the cause, so hostile templates or messages cannot
+ * crash or hang the caller. [thread-safe]: T is read-only. */
 loom_status loom_chat_template_render(const loom_chat_template *t,
                                       json_t *messages,
                                       int add_generation_prompt, json_t *extra,

@@ -112,8 +112,33 @@ int loom_socket_send_all(loom_socket s, const void *buf, size_t n);
  * 0 at end of stream, -1 on error, -2 on timeout. */
 long loom_socket_recv(loom_socket s, void *buf, size_t n, uint32_t timeout_ms);
 void loom_socket_close(loom_socket s);
-/* 1 when the peer of a connected socket has closed or reset it (checked
- * without consuming data or blocking), else 0. */
+/* Ends both directions of a connection without closing the descriptor, so
+ * that the thread reading it sees the end and closes it itself. */
+void loom_socket_shutdown(loom_socket s);
+/* Ends the sending direction only (the peer reads to its end). */
+void loom_socket_shutdown_send(loom_socket s);
+/* Closes with a reset (RST) instead of an orderly end. */
+void loom_socket_reset(loom_socket s);
+/* Accepts a connection from a listening socket without blocking: 1 with
+ * *out (and its peer address in ADDR, *addr_len bytes), 0 when none is
+ * waiting, -1 on error. */
+int loom_socket_accept(loom_socket listener, loom_socket *out, void *addr,
+                       size_t *addr_len);
+/* Makes accept on LISTENER return at once when none is waiting. */
+int loom_socket_set_nonblocking(loom_socket s);
+/* Copies up to n waiting bytes without consuming them or blocking: the
+ * count, 0 at end of stream, -1 on error, -2 when nothing is waiting. */
+long loom_socket_peek(loom_socket s, void *buf, size_t n);
+/* Readiness for reading is reported only once N bytes wait (where the OS
+ * supports it; elsewhere a no-op). */
+void loom_socket_set_rcvlowat(loom_socket s, int n);
+/* Waits up to timeout_ms for any of N sockets to be readable (or at end or
+ * failed); ready[i] is set to 1 for those. The count ready, or -1. */
+int loom_socket_poll(const loom_socket *s, size_t n, unsigned char *ready,
+                     uint32_t timeout_ms);
+/* 1 when the peer of a connected socket has reset it or the socket failed
+ * (checked without consuming data or blocking), else 0: a peer that shut
+ * only its sending half still reads. */
 int loom_socket_peer_gone(loom_socket s);
 
 /* ---- process */

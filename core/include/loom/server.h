@@ -27,6 +27,10 @@ typedef struct loom_server_params {
     int32_t idle_timeout_s;
     /* 1: no chat page at / (see webui.c); the API is unchanged. */
     int no_webui;
+    /* Milliseconds a client has for a request's line and headers, and
+     * again for its body (plus its length at 16 KiB/s); past it the
+     * connection is shut, however slowly it trickles bytes. 0: 30000. */
+    int32_t read_timeout_ms;
 } loom_server_params;
 
 /* Binds and starts answering: until loom_server_load succeeds /health is 503

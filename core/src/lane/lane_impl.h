@@ -116,6 +116,10 @@ struct loom_lane {
     stream *q_head, *q_tail;    /* waiting, arrival order */
     stream *cancelled;          /* taken out of the queue by cancel */
     int32_t n_queued, n_active; /* published counts (see reap) */
+    /* of those, streams whose final event is out but not yet reaped: the
+     * stats leave them out, so a client that has its final event never
+     * sees its stream still counted */
+    int32_t n_ending_queued, n_ending_active;
     uint64_t next_id;
     uint64_t seed_state;
     int running, stopping, closing;

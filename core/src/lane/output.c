@@ -263,6 +263,12 @@ static void finish_with(loom_lane *lane, stream *s, loom_finish why,
         s->cache = NULL;
     }
     s->state = ST_DONE;
+    loom_mutex_lock(lane->mu);
+    if (s->counted_active)
+        lane->n_ending_active++;
+    else
+        lane->n_ending_queued++;
+    loom_mutex_unlock(lane->mu);
     s->cb(s->user, &ev);
 }
 

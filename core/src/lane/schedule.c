@@ -60,10 +60,13 @@ void loom__lane_reap(loom_lane *lane)
     loom_mutex_lock(lane->mu);
     for (stream *s = dead; s; s = s->gone) {
         loom__map_del(&lane->map, s->id);
-        if (s->counted_active)
+        if (s->counted_active) {
             lane->n_active--;
-        else
+            lane->n_ending_active--;
+        } else {
             lane->n_queued--;
+            lane->n_ending_queued--;
+        }
         lane->stats.st.streams_finished++;
     }
     loom_mutex_unlock(lane->mu);

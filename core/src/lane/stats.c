@@ -55,8 +55,8 @@ void loom_lane_get_stats(loom_lane *lane, loom_lane_stats *out)
     const lane_stats_state *st = &lane->stats;
     loom_mutex_lock(lane->mu);
     *out = st->st;
-    out->active = lane->n_active;
-    out->queued = lane->n_queued;
+    out->active = lane->n_active - lane->n_ending_active;
+    out->queued = lane->n_queued - lane->n_ending_queued;
     out->pool_total = lane->pool.n_total;
     out->pool_free = lane->pool.n_idle;
     out->ttft_avg_s = st->ttft_n ? st->ttft_sum / (double)st->ttft_n : 0;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <loom/checked.h>
 #include <loom/checkpoint.h>
 #include <loom/log.h>
 #include <loom/safetensors.h>
@@ -84,8 +85,14 @@ static int64_t LOOM_ABI h_json_int(const loom_json *v)
         return 0;
     if (json_is_integer(J(v)))
         return (int64_t)json_integer_value(J(v));
-    if (json_is_real(J(v)))
-        return (int64_t)json_real_value(J(v));
+    if (json_is_real(J(v))) {
+        /* saturated: a cast of a real past int64 is undefined */
+        double d = json_real_value(J(v));
+        int64_t i = 0;
+        if (loom_f64_to_i64(d, &i))
+            i = d > 0 ? INT64_MAX : d < 0 ? INT64_MIN : 0;
+        return i;
+    }
     return 0;
 }
 

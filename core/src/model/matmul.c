@@ -12,6 +12,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define LOOM_HAVE_AVX2_PATH 1
 #endif
@@ -165,8 +166,12 @@ KERN_NT(W_F16)
 
 static int have_avx2(void)
 {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    /* F16C from CPUID leaf 1 (ECX bit 29): clang before 16 does not know
+     * "f16c" in __builtin_cpu_supports */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
+    return f16c && __builtin_cpu_supports("avx2") &&
+           __builtin_cpu_supports("fma");
 }
 #endif
 

@@ -28,6 +28,7 @@ typedef struct st_entry {
     loom_tensor t;       /* t.name is malloc'd and owned here */
     uint64_t begin, end; /* byte offsets within the shard's data section */
     size_t shard;
+    void *aligned; /* an aligned copy of misaligned data (t.data), or NULL */
 } st_entry;
 
 struct loom_st {
@@ -63,8 +64,10 @@ void loom_st_close(loom_st *st)
 {
     if (!st)
         return;
-    for (size_t i = 0; i < st->n; i++)
+    for (size_t i = 0; i < st->n; i++) {
         free((char *)st->ents[i].t.name);
+        free(st->ents[i].aligned);
+    }
     for (size_t i = 0; i < st->n_shards; i++) {
         if (st->shards[i].mapped)
             loom_unmap(&st->shards[i].map);
@@ -234,6 +237,22 @@ static loom_status st_entry_parse(st_entry *e, const char *name,
     e->t.name = copy;
     e->t.dtype = dt;
     e->t.data = base + begin;
+    /* Kernels read elements through typed pointers: data at an address
+     * that is no multiple of the element size (a header length one short
+     * puts every tensor there) is read from an aligned copy instead. */
+    if (end > begin && (uintptr_t)(base + begin) % esize != 0) {
+        e->aligned = malloc((size_t)(end - begin));
+        if (!e->aligned) {
+            free(copy);
+            e->t.name = NULL;
+            return loom_err_set(err, LOOM_ERR_NOMEM,
+                                "%s: tensor '%s': out of memory for an "
+                                "aligned copy of its misaligned data",
+                                label, name);
+        }
+        memcpy(e->aligned, base + begin, (size_t)(end - begin));
+        e->t.data = e->aligned;
+    }
     e->t.nbytes = end - begin;
     e->begin = begin;
     e->end = end;

@@ -156,6 +156,13 @@ static loom_status wq_check_shape(const char *name, int64_t r, int64_t c,
                                   int64_t rows, int64_t cols, const char *where,
                                   loom_err *err)
 {
+    /* 0 means "any" (the ABI's); a negative size is a wrapped product,
+     * refused rather than taken for "any" */
+    if (rows < 0 || cols < 0)
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "%s: tensor '%s': the expected shape [%lld, %lld] "
+                            "is negative (an overflowed size?)",
+                            where, name, (long long)rows, (long long)cols);
     if ((rows > 0 && r != rows) || (cols > 0 && c != cols))
         return loom_err_set(err, LOOM_ERR_FORMAT,
                             "%s: tensor '%s' is [%lld, %lld], expected "

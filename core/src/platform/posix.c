@@ -632,18 +632,90 @@ void loom_socket_close(loom_socket s)
     close((int)s);
 }
 
+void loom_socket_shutdown(loom_socket s)
+{
+    shutdown((int)s, SHUT_RDWR);
+}
+
+void loom_socket_shutdown_send(loom_socket s)
+{
+    shutdown((int)s, SHUT_WR);
+}
+
+int loom_socket_accept(loom_socket listener, loom_socket *out, void *addr,
+                       size_t *addr_len)
+{
+    socklen_t len = (socklen_t)*addr_len;
+    int fd = accept((int)listener, (struct sockaddr *)addr, &len);
+    if (fd < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
+                       errno == ECONNABORTED
+                   ? 0
+                   : -1;
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    *out = fd;
+    *addr_len = len;
+    return 1;
+}
+
+int loom_socket_set_nonblocking(loom_socket s)
+{
+    int fl = fcntl((int)s, F_GETFL);
+    return fl < 0 || fcntl((int)s, F_SETFL, fl | O_NONBLOCK) < 0 ? -1 : 0;
+}
+
+long loom_socket_peek(loom_socket s, void *buf, size_t n)
+{
+    ssize_t r = recv((int)s, buf, n, MSG_PEEK | MSG_DONTWAIT);
+    if (r < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -2
+                                                                         : -1;
+    return (long)r;
+}
+
+void loom_socket_set_rcvlowat(loom_socket s, int n)
+{
+    setsockopt((int)s, SOL_SOCKET, SO_RCVLOWAT, &n, sizeof n);
+}
+
+int loom_socket_poll(const loom_socket *s, size_t n, unsigned char *ready,
+                     uint32_t timeout_ms)
+{
+    struct pollfd stack[64];
+    struct pollfd *p = n <= 64 ? stack : malloc(n * sizeof *p);
+    if (!p)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        p[i] = (struct pollfd){(int)s[i], POLLIN, 0};
+    int r = poll(p, (nfds_t)n, (int)timeout_ms);
+    for (size_t i = 0; i < n; i++)
+        ready[i] = r > 0 && p[i].revents != 0;
+    if (p != stack)
+        free(p);
+    return r < 0 && errno == EINTR ? 0 : r;
+}
+
+void loom_socket_reset(loom_socket s)
+{
+    struct linger l = {1, 0};
+    setsockopt((int)s, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    close((int)s);
+}
+
 int loom_socket_peer_gone(loom_socket s)
 {
-    struct pollfd pfd = {(int)s, POLLIN | POLLRDHUP, 0};
+    /* A peer that only shut its sending half (FIN, end of file) still
+     * reads its answer: only a reset or an error means it is gone. */
+    struct pollfd pfd = {(int)s, POLLIN, 0};
     if (poll(&pfd, 1, 0) <= 0)
         return 0;
-    if (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+    if (pfd.revents & (POLLHUP | POLLERR | POLLNVAL))
         return 1;
     if (pfd.revents & POLLIN) {
         char c;
         ssize_t r = recv((int)s, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-                          errno != EINTR);
+        return r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+               errno != EINTR;
     }
     return 0;
 }

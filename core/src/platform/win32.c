@@ -828,6 +828,76 @@ void loom_socket_close(loom_socket s)
     closesocket((SOCKET)s);
 }
 
+void loom_socket_shutdown(loom_socket s)
+{
+    shutdown((SOCKET)s, SD_BOTH);
+}
+
+void loom_socket_shutdown_send(loom_socket s)
+{
+    shutdown((SOCKET)s, SD_SEND);
+}
+
+int loom_socket_accept(loom_socket listener, loom_socket *out, void *addr,
+                       size_t *addr_len)
+{
+    int len = (int)*addr_len;
+    SOCKET fd = accept((SOCKET)listener, (struct sockaddr *)addr, &len);
+    if (fd == INVALID_SOCKET)
+        return WSAGetLastError() == WSAEWOULDBLOCK ? 0 : -1;
+    *out = (loom_socket)fd;
+    *addr_len = (size_t)len;
+    return 1;
+}
+
+int loom_socket_set_nonblocking(loom_socket s)
+{
+    u_long on = 1;
+    return ioctlsocket((SOCKET)s, FIONBIO, &on) == 0 ? 0 : -1;
+}
+
+long loom_socket_peek(loom_socket s, void *buf, size_t n)
+{
+    WSAPOLLFD pfd = {(SOCKET)s, POLLRDNORM, 0};
+    if (WSAPoll(&pfd, 1, 0) <= 0)
+        return -2;
+    int r = recv((SOCKET)s, buf, (int)n, MSG_PEEK);
+    if (r < 0)
+        return WSAGetLastError() == WSAEWOULDBLOCK ? -2 : -1;
+    return (long)r;
+}
+
+void loom_socket_set_rcvlowat(loom_socket s, int n)
+{
+    (void)s; /* no effect on Windows sockets */
+    (void)n;
+}
+
+int loom_socket_poll(const loom_socket *s, size_t n, unsigned char *ready,
+                     uint32_t timeout_ms)
+{
+    WSAPOLLFD *p = malloc((n ? n : 1) * sizeof *p);
+    if (!p)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        p[i].fd = (SOCKET)s[i];
+        p[i].events = POLLRDNORM;
+        p[i].revents = 0;
+    }
+    int r = WSAPoll(p, (ULONG)n, (INT)timeout_ms);
+    for (size_t i = 0; i < n; i++)
+        ready[i] = r > 0 && p[i].revents != 0;
+    free(p);
+    return r;
+}
+
+void loom_socket_reset(loom_socket s)
+{
+    struct linger l = {1, 0};
+    setsockopt((SOCKET)s, SOL_SOCKET, SO_LINGER, (const char *)&l, sizeof l);
+    closesocket((SOCKET)s);
+}
+
 int loom_socket_peer_gone(loom_socket s)
 {
     WSAPOLLFD pfd = {(SOCKET)s, POLLRDNORM, 0};
@@ -838,7 +908,8 @@ int loom_socket_peer_gone(loom_socket s)
     if (pfd.revents & POLLRDNORM) {
         char c;
         int r = recv((SOCKET)s, &c, 1, MSG_PEEK);
-        return r == 0 || (r < 0 && WSAGetLastError() != WSAEWOULDBLOCK);
+        /* 0 is a half-close: the peer still reads its answer */
+        return r < 0 && WSAGetLastError() != WSAEWOULDBLOCK;
     }
     return 0;
 }

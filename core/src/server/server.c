@@ -10,6 +10,8 @@
 #include <loom/server.h>
 
 #include "server_auth.h"
+#include "server_deadline.h"
+#include "server_gate.h"
 #include "server_http.h"
 #include "server_log.h"
 #include "server_metrics.h"
@@ -31,6 +33,9 @@
 #define SRV_DEFAULT_QUEUE 64
 /* How often a waiting handler looks whether its client is still there. */
 #define SRV_POLL_MS 50
+/* Request read deadlines (server_deadline.c) */
+#define SRV_READ_TIMEOUT_MS 30000
+#define SRV_MIN_BODY_RATE   (16u << 10)
 
 typedef struct srv_job srv_job;
 
@@ -52,6 +57,8 @@ struct loom_server {
 
     srv_log *log;
     srv_metrics *metrics;
+    srv_deadlines *deadlines; /* request read deadlines */
+    srv_gate *gate;           /* accepts, checks first heads */
 
     /* the model, once loaded; read-only after ready is set */
     loom_engine *engine;
@@ -112,6 +119,7 @@ typedef struct srv_conn {
     int has_key;
     char error[512];
     srv_job *job;
+    srv_peer *peer; /* its connection's read deadline */
 } srv_conn;
 
 /* strdup is POSIX, not C11. */
@@ -580,6 +588,28 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
                     (int)n_ids, (long long)srv->ctx, (long long)srv->ctx - 1);
     }
 
+    /* The vocabulary checks the lane makes again, here so that the error
+     * names the parameter at fault. */
+    int32_t vocab = srv->engine->info.vocab;
+    for (int32_t i = 0; i < n_ids && kind == SRV_COMPLETION; i++) {
+        if (ids[i] >= vocab) {
+            int32_t bad = ids[i];
+            free(ids);
+            return fail(cn, 400, "invalid_request_error", "invalid_value",
+                        "prompt",
+                        "'prompt'[%d] = %d is outside the vocabulary of %d",
+                        (int)i, (int)bad, (int)vocab);
+        }
+    }
+    const char *bad_field = NULL;
+    loom_err verr;
+    if (loom_sample_params_check_field(&rq->sample, vocab, &bad_field, &verr) !=
+        LOOM_OK) {
+        free(ids);
+        return fail(cn, 400, "invalid_request_error", "invalid_value",
+                    bad_field, "%s", verr.msg);
+    }
+
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(cn->c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? (loom_socket)ci->connect_fd : (loom_socket)-1;
@@ -777,6 +807,22 @@ static enum MHD_Result dispatch(srv_conn *cn)
     return handle_metrics(cn);
 }
 
+/* Counts the Content-Length headers (names are case-insensitive). */
+static enum MHD_Result count_length(void *cls, enum MHD_ValueKind kind,
+                                    const char *key, const char *value)
+{
+    (void)kind;
+    (void)value;
+    static const char name[] = "content-length";
+    size_t i = 0;
+    for (; key[i] && name[i]; i++)
+        if ((key[i] | 0x20) != name[i] && !(key[i] == '-' && name[i] == '-'))
+            break;
+    if (!key[i] && !name[i])
+        ++*(int *)cls;
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
                                   const char *url, const char *method,
                                   const char *version, const char *data,
@@ -798,10 +844,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         *con_cls = cn;
         if (!cn->route)
             return MHD_NO;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        cn->peer = ci ? ci->socket_context : NULL;
         /* A declared length over the limit is refused before reading it. */
         const char *cl =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > srv->max_body) {
+        uint64_t declared = cl ? strtoull(cl, NULL, 10) : 0;
+        int chunked = !cl && MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                         "Transfer-Encoding");
+        srv_peer_headers_done(srv->deadlines, cn->peer,
+                              chunked ? (int64_t)srv->max_body
+                              : declared > srv->max_body ? 0
+                                                         : (int64_t)declared);
+        /* two lengths could be read two ways by a proxy and by us */
+        int n_lengths = 0;
+        MHD_get_connection_values(c, MHD_HEADER_KIND, count_length, &n_lengths);
+        if (n_lengths > 1) {
+            cn->too_big = 1; /* what is sent is read and dropped */
+            return fail(cn, 400, "invalid_request_error", "invalid_request",
+                        NULL, "the request has %d Content-Length headers",
+                        n_lengths);
+        }
+        if (cl && declared > srv->max_body) {
             cn->too_big = 1;
             return fail(cn, 413, "invalid_request_error", "body_too_large",
                         NULL, "the request body is over the %zu byte limit",
@@ -823,6 +888,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         *data_size = 0;
         return MHD_YES;
     }
+    srv_peer_request_done(srv->deadlines, cn->peer);
     if (cn->status)
         return MHD_YES; /* answered already (early 413) */
     return dispatch(cn);
@@ -837,6 +903,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!cn)
         return;
     *con_cls = NULL;
+    srv_peer_answered(srv->deadlines, cn->peer);
     srv_job *j = cn->job;
     int gone = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK;
     srv_log_entry e;
@@ -883,6 +950,42 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     srv_buf_free(&cn->body);
     free(cn->route);
     free(cn);
+}
+
+/* Lists each connection with its read deadline while it is open. */
+static void on_connection(void *cls, struct MHD_Connection *c,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    loom_server *srv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context =
+            ci ? srv_peer_add(srv->deadlines, (loom_socket)ci->connect_fd)
+               : NULL;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        srv_peer_remove(srv->deadlines, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+/* A connection past the gate: libmicrohttpd takes it (and closes it if it
+ * cannot). */
+static void gate_pass(void *ctx, loom_socket fd, const void *addr,
+                      size_t addr_len)
+{
+    loom_server *srv = ctx;
+    if (MHD_add_connection(srv->mhd, (MHD_socket)fd,
+                           (const struct sockaddr *)addr,
+                           (socklen_t)addr_len) != MHD_YES)
+        loom_log(LOOM_LOG_DEBUG, "http: a connection could not be added");
+}
+
+static void gate_refused(void *ctx, int status)
+{
+    loom_server *srv = ctx;
+    srv_metrics_request(srv->metrics, "", status);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -947,20 +1050,32 @@ loom_status loom_server_start(const loom_server_params *params,
         goto fail;
     unsigned timeout =
         params->idle_timeout_s > 0 ? (unsigned)params->idle_timeout_s : 60u;
+    uint32_t read_ms = params->read_timeout_ms > 0
+                           ? (uint32_t)params->read_timeout_ms
+                           : SRV_READ_TIMEOUT_MS;
+    st = srv_deadlines_new(read_ms, read_ms, SRV_MIN_BODY_RATE, timeout * 1000u,
+                           &srv->deadlines, err);
+    if (st != LOOM_OK)
+        goto fail;
     srv->mhd = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-            MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
-        0, NULL, NULL, on_request, srv, MHD_OPTION_LISTEN_SOCKET,
-        (MHD_socket)srv->listen_sock, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-        srv, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_EXTERNAL_LOGGER,
-        mhd_log, srv, MHD_OPTION_END);
+            MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+            MHD_USE_NO_LISTEN_SOCKET,
+        0, NULL, NULL, on_request, srv, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+        MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)1024, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
+        MHD_OPTION_END);
     if (!srv->mhd) {
         st = loom_err_set(err, LOOM_ERR_IO,
                           "could not start the HTTP server on %s:%d", srv->host,
                           srv->port);
         goto fail;
     }
+    st = srv_gate_start(srv->listen_sock, read_ms, gate_pass, gate_refused, srv,
+                        &srv->gate, err);
+    if (st != LOOM_OK)
+        goto fail;
     *out = srv;
     return LOOM_OK;
 fail:
@@ -1096,11 +1211,11 @@ void loom_server_stop(loom_server *srv, uint32_t drain_ms)
     srv->ready = 0;
     loom_mutex_unlock(srv->mu);
 
-    if (srv->mhd) {
-        /* no new connections; those open get 503 for new requests */
-        MHD_socket s = MHD_quiesce_daemon(srv->mhd);
-        if (s != MHD_INVALID_SOCKET)
-            loom_socket_close((loom_socket)s);
+    /* no new connections; those open get 503 for new requests */
+    srv_gate_stop(srv->gate);
+    srv->gate = NULL;
+    if (srv->listen_sock != (loom_socket)-1) {
+        loom_socket_close(srv->listen_sock);
         srv->listen_sock = -1;
     }
     loom_mutex_lock(srv->mu);
@@ -1141,6 +1256,7 @@ void loom_server_free(loom_server *srv)
     srv_keyring_free(srv->keys);
     srv_log_close(srv->log);
     srv_metrics_free(srv->metrics);
+    srv_deadlines_free(srv->deadlines);
     loom_cond_free(srv->cv);
     loom_mutex_free(srv->mu);
     free(srv->host);

@@ -88,18 +88,37 @@ loom_status srv_keyring_load(const char *path, srv_keyring **out, loom_err *err)
         trim(&s, &e);
         if (s == e || *s == '#')
             continue;
-        const char *label_s = NULL, *label_e = NULL;
-        const char *colon = memchr(s, ':', (size_t)(e - s));
-        if (colon) {
+        /* "KEY" (no white space) or "LABEL: KEY" (white space after the
+         * colon); anything else is refused, never guessed at. Messages
+         * name the line, never its text: it may be a key. */
+        const char *label_s = NULL, *label_e = NULL, *why = NULL;
+        const char *ws = s;
+        while (ws < e && !is_space(*ws))
+            ws++;
+        if (ws == e) {
+            if (e[-1] == ':')
+                why = "a label without a key";
+            else if (memchr(s, ':', (size_t)(e - s)))
+                why = "a ':' in a key without a label is ambiguous: write "
+                      "'LABEL: KEY' (white space after the colon)";
+        } else {
             label_s = s;
-            label_e = colon;
-            s = colon + 1;
-            trim(&label_s, &label_e);
+            label_e = ws - 1;
+            s = ws;
             trim(&s, &e);
+            const char *kws = s;
+            while (kws < e && !is_space(*kws))
+                kws++;
+            if (*label_e != ':' || label_e == label_s ||
+                memchr(label_s, ':', (size_t)(label_e - label_s)) || kws != e)
+                why = "expected 'KEY' or 'LABEL: KEY' (keys hold no white "
+                      "space; labels no ':')";
+            else if ((size_t)(label_e - label_s) >= sizeof k->keys[0].label)
+                why = "a label over 63 bytes";
         }
-        if (s == e) {
-            st = loom_err_set(err, LOOM_ERR_FORMAT,
-                              "%s:%d: a label without a key", path, line_no);
+        if (why) {
+            st = loom_err_set(err, LOOM_ERR_FORMAT, "%s:%d: %s", path, line_no,
+                              why);
             goto done;
         }
         if (k->n == cap) {
@@ -115,10 +134,8 @@ loom_status srv_keyring_load(const char *path, srv_keyring **out, loom_err *err)
         }
         srv_key *key = &k->keys[k->n++];
         srv_key_digest(s, (size_t)(e - s), key->digest);
-        if (label_s && label_e > label_s) {
+        if (label_s) {
             size_t n = (size_t)(label_e - label_s);
-            if (n >= sizeof key->label)
-                n = sizeof key->label - 1;
             memcpy(key->label, label_s, n);
             key->label[n] = 0;
         } else {

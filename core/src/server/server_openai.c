@@ -248,6 +248,13 @@ static int parse_messages(json_t *root, srv_request *rq, srv_error *e)
         }
         json_t *content = json_object_get(msg, "content");
         snprintf(param, sizeof param, "messages[%zu].content", i);
+        /* OpenAI lets only an assistant message with tool calls go without
+         * content */
+        if ((!content || json_is_null(content)) &&
+            !(strcmp(json_string_value(role), "assistant") == 0 &&
+              json_object_get(msg, "tool_calls")))
+            return BADVAL(param, "'%s' is required (%s)", param,
+                          content ? "null" : "missing");
         if (!content || json_is_null(content) || json_is_string(content))
             continue;
         if (!json_is_array(content))
@@ -328,9 +335,10 @@ static int parse_bias(json_t *root, srv_request *rq, srv_error *e)
     int32_t k = 0;
     json_object_foreach(b, key, v)
     {
-        char *end = NULL;
-        long id = strtol(key, &end, 10);
-        if (!*key || *end || id < 0 || id > INT32_MAX)
+        /* decimal digits only: no sign, no white space, at most 10 */
+        size_t kl = strspn(key, "0123456789");
+        long long id = kl && kl <= 10 ? strtoll(key, NULL, 10) : -1;
+        if (!kl || key[kl] || id > INT32_MAX)
             return BADVAL("logit_bias",
                           "'logit_bias' key '%s' is not a "
                           "token id",

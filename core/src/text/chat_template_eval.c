@@ -1,10 +1,13 @@
 /* The chat template interpreter: Jinja semantics (Python truthiness,
  * scoping of for loops, undefined values, filters, tests and methods) over
  * Jansson values, writing the rendered text into a buffer. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <loom/checked.h>
 
 #include "chat_template_impl.h"
 
@@ -21,7 +24,10 @@ typedef struct ctx {
     int brk, cont; /* a break/continue is unwinding to its loop */
     macro_def macros[32];
     size_t n_macros;
-    int depth;
+    int depth;       /* macro calls */
+    int nest;        /* ev()/exec() recursion: CT_MAX_DEPTH */
+    long long steps; /* CT_MAX_STEPS */
+    long long bytes; /* built so far: CT_MAX_BYTES */
 } ctx;
 
 static loom_status ev(ctx *c, const ct_node *n, json_t **out);
@@ -39,6 +45,60 @@ static loom_status error(ctx *c, const ct_node *n, loom_status code,
 static loom_status nomem(ctx *c)
 {
     return loom_err_set(c->err, LOOM_ERR_NOMEM, "chat template: out of memory");
+}
+
+static loom_status too_big(ctx *c, const ct_node *n)
+{
+    return loom_err_set(c->err, LOOM_ERR_RANGE,
+                        "chat template line %d: a string or list over the "
+                        "render's size limit (%zu MiB, %zu items)",
+                        n ? n->line : 0, CT_MAX_STR >> 20, CT_MAX_ITEMS);
+}
+
+static loom_status overflow(ctx *c, const ct_node *n)
+{
+    return error(c, n, LOOM_ERR_RANGE,
+                 "integer overflow (values are 64-bit here)%s%s", "", "");
+}
+
+/* Adds COST steps; past CT_MAX_STEPS the render stops. */
+static loom_status charge(ctx *c, const ct_node *n, long long cost)
+{
+    if (cost < 0 || cost > CT_MAX_STEPS - c->steps)
+        return loom_err_set(c->err, LOOM_ERR_RANGE,
+                            "chat template line %d: the render takes more "
+                            "than %lld steps",
+                            n ? n->line : 0, (long long)CT_MAX_STEPS);
+    c->steps += cost;
+    return LOOM_OK;
+}
+
+/* The steps a search for a NL-byte needle in HL bytes may take. */
+static long long search_cost(size_t hl, size_t nl)
+{
+    double cost = ((double)hl / 64 + 1) * ((double)nl / 64 + 1);
+    return cost > (double)CT_MAX_STEPS ? CT_MAX_STEPS + 1LL : (long long)cost;
+}
+
+/* A float result; JSON (and so this interpreter) has no inf or nan. */
+static loom_status real(ctx *c, const ct_node *n, double d, json_t **out)
+{
+    if (!isfinite(d))
+        return error(c, n, LOOM_ERR_RANGE,
+                     "the result is not a finite number (%s)%s",
+                     isnan(d) ? "nan" : "inf", "");
+    *out = json_real(d);
+    return *out ? LOOM_OK : nomem(c);
+}
+
+/* The text of B as a new string (B freed); a failed buffer is an error. */
+static loom_status take(ctx *c, const ct_node *n, ct_buf *b, json_t **out)
+{
+    int why = b->oom;
+    *out = loom__ct_sb_take(b);
+    if (why == 2)
+        return too_big(c, n);
+    return *out ? LOOM_OK : nomem(c);
 }
 
 /* ----------------------------------------------------------- variables */
@@ -114,15 +174,18 @@ static loom_status binop(ctx *c, const ct_node *n, json_t *a, json_t *b,
     *out = NULL;
     if (!strcmp(op, "~")) {
         json_t *x = loom__ct_str_of(a), *y = loom__ct_str_of(b);
+        loom_status st = LOOM_OK;
         if (x && y) {
             ct_buf s = {0};
             loom__ct_sb_add(&s, json_string_value(x), json_string_length(x));
             loom__ct_sb_add(&s, json_string_value(y), json_string_length(y));
-            *out = loom__ct_sb_take(&s);
+            st = take(c, n, &s, out);
+        } else {
+            st = too_big(c, n);
         }
         json_decref(x);
         json_decref(y);
-        return *out ? LOOM_OK : nomem(c);
+        return st;
     }
     if (!strcmp(op, "==") || !strcmp(op, "!=")) {
         int eq = loom__ct_equal(a, b);
@@ -134,11 +197,18 @@ static loom_status binop(ctx *c, const ct_node *n, json_t *a, json_t *b,
         if (json_is_string(b) && json_is_string(a)) {
             const char *h = json_string_value(b), *nd = json_string_value(a);
             size_t hl = json_string_length(b), nl = json_string_length(a);
+            loom_status st = charge(c, n, search_cost(hl, nl));
+            if (st != LOOM_OK)
+                return st;
             for (size_t i = 0; !found && i + nl <= hl; i++)
                 found = !memcmp(h + i, nd, nl);
         } else if (json_is_array(b)) {
             size_t i;
             json_t *x;
+            loom_status st =
+                charge(c, n, (long long)json_array_size(b) / 16 + 1);
+            if (st != LOOM_OK)
+                return st;
             json_array_foreach(b, i, x) found |= loom__ct_equal(a, x);
         } else if (json_is_object(b) && json_is_string(a)) {
             found = json_object_get(b, json_string_value(a)) != NULL;
@@ -180,6 +250,8 @@ static loom_status binop(ctx *c, const ct_node *n, json_t *a, json_t *b,
                      a, b, out);
     }
     if (!strcmp(op, "+") && json_is_array(a) && json_is_array(b)) {
+        if (json_array_size(a) + json_array_size(b) > CT_MAX_ITEMS)
+            return too_big(c, n);
         *out = json_array();
         if (!*out)
             return nomem(c);
@@ -188,11 +260,14 @@ static loom_status binop(ctx *c, const ct_node *n, json_t *a, json_t *b,
         return LOOM_OK;
     }
     if (!strcmp(op, "*") && json_is_string(a) && loom__ct_is_int(b)) {
+        json_int_t k = loom__ct_inum(b);
+        size_t len = json_string_length(a);
+        if (k > 0 && len && (uint64_t)k > CT_MAX_STR / len)
+            return too_big(c, n);
         ct_buf s = {0};
-        for (json_int_t i = 0; i < loom__ct_inum(b); i++)
-            loom__ct_sb_add(&s, json_string_value(a), json_string_length(a));
-        *out = loom__ct_sb_take(&s);
-        return *out ? LOOM_OK : nomem(c);
+        for (json_int_t i = 0; i < k && !s.oom; i++)
+            loom__ct_sb_add(&s, json_string_value(a), len);
+        return take(c, n, &s, out);
     }
     if (!loom__ct_is_num(a) || !loom__ct_is_num(b))
         return error(c, n, LOOM_ERR_INVALID,
@@ -201,56 +276,67 @@ static loom_status binop(ctx *c, const ct_node *n, json_t *a, json_t *b,
     int ints = loom__ct_is_int(a) && loom__ct_is_int(b);
     json_int_t x = ints ? loom__ct_inum(a) : 0, y = ints ? loom__ct_inum(b) : 0;
     double fx = loom__ct_num(a), fy = loom__ct_num(b);
+    int64_t r = 0;
     switch (op[0]) {
     case '+':
-        *out = ints ? json_integer(x + y) : json_real(fx + fy);
+        if (!ints)
+            return real(c, n, fx + fy, out);
+        if (loom_add_i64(x, y, &r))
+            return overflow(c, n);
         break;
     case '-':
-        *out = ints ? json_integer(x - y) : json_real(fx - fy);
+        if (!ints)
+            return real(c, n, fx - fy, out);
+        if (loom_sub_i64(x, y, &r))
+            return overflow(c, n);
         break;
     case '*':
-        if (op[1] == '*')
-            *out = ints && y >= 0
-                       ? json_integer((json_int_t)pow((double)x, (double)y))
-                       : json_real(pow(fx, fy));
-        else
-            *out = ints ? json_integer(x * y) : json_real(fx * fy);
+        if (op[1] == '*') {
+            if (!ints || y < 0)
+                return real(c, n, pow(fx, fy), out);
+            /* by squaring: at most 64 checked products */
+            int64_t base = x;
+            r = 1;
+            for (json_int_t e = y; e > 0; e >>= 1) {
+                if ((e & 1) && loom_mul_i64(r, base, &r))
+                    return overflow(c, n);
+                if (e > 1 && loom_mul_i64(base, base, &base))
+                    return overflow(c, n);
+            }
+        } else {
+            if (!ints)
+                return real(c, n, fx * fy, out);
+            if (loom_mul_i64(x, y, &r))
+                return overflow(c, n);
+        }
         break;
     case '/':
         if (fy == 0)
             return error(c, n, LOOM_ERR_INVALID, "division by zero%s%s", "",
                          "");
-        if (op[1] == '/') {
-            if (ints) {
-                json_int_t q = x / y;
-                if ((x % y != 0) && ((x < 0) != (y < 0)))
-                    q--;
-                *out = json_integer(q);
-            } else {
-                *out = json_real(floor(fx / fy));
-            }
-        } else {
-            *out = json_real(fx / fy);
-        }
+        if (op[1] != '/')
+            return real(c, n, fx / fy, out);
+        if (!ints)
+            return real(c, n, floor(fx / fy), out);
+        if (loom_floordiv_i64(x, y, &r))
+            return overflow(c, n);
         break;
     case '%':
         if (fy == 0)
             return error(c, n, LOOM_ERR_INVALID, "modulo by zero%s%s", "", "");
         if (ints) {
-            json_int_t r = x % y;
-            if (r != 0 && ((r < 0) != (y < 0)))
-                r += y;
-            *out = json_integer(r);
+            loom_mod_i64(x, y, &r);
         } else {
-            double r = fmod(fx, fy);
-            if (r != 0 && ((r < 0) != (fy < 0)))
-                r += fy;
-            *out = json_real(r);
+            double m = fmod(fx, fy);
+            if (m != 0 && ((m < 0) != (fy < 0)))
+                m += fy;
+            return real(c, n, m, out);
         }
         break;
     default:
         return error(c, n, LOOM_ERR_UNSUPPORTED, "operator '%s'%s", op, "");
     }
+    *out = json_integer(r);
     return *out ? LOOM_OK : nomem(c);
 }
 
@@ -302,9 +388,11 @@ static loom_status apply_test(ctx *c, const ct_node *n, json_t *v,
         *r = json_is_true(o);
         json_decref(o);
     } else if (!strcmp(t, "divisibleby") && na == 1 && loom__ct_is_int(v) &&
-               loom__ct_is_int(args[0]) && loom__ct_inum(args[0]))
-        *r = loom__ct_inum(v) % loom__ct_inum(args[0]) == 0;
-    else
+               loom__ct_is_int(args[0]) && loom__ct_inum(args[0])) {
+        int64_t m = 0;
+        loom_mod_i64(loom__ct_inum(v), loom__ct_inum(args[0]), &m);
+        *r = m == 0;
+    } else
         return error(c, n, LOOM_ERR_UNSUPPORTED,
                      "the test '%s' is not supported%s", t, "");
     return LOOM_OK;
@@ -324,18 +412,33 @@ static int case_mode(const char *name)
     return -1;
 }
 
-/* A str's code points as a list of one-character strs. */
+/* A str's code points as a list of one-character strs (NULL past
+ * CT_MAX_ITEMS). */
 static json_t *str_chars(json_t *v)
 {
-    json_t *l = json_array();
     const char *s = json_string_value(v);
     size_t len = json_string_length(v);
+    if (loom__ct_u8_count(s, len) > CT_MAX_ITEMS)
+        return NULL;
+    json_t *l = json_array();
     for (size_t i = 0; i < len;) {
         size_t k = loom__ct_u8_len_at(s + i, len - i);
         json_array_append_new(l, json_stringn_nocheck(s + i, k));
         i += k;
     }
     return l;
+}
+
+/* Bounds str.replace(FROM, TO) on S: its search and its result. */
+static loom_status replace_check(ctx *c, const ct_node *n, json_t *s,
+                                 json_t *from, json_t *to)
+{
+    size_t len = json_string_length(s), fl = json_string_length(from);
+    size_t tl = json_string_length(to);
+    /* at most len/fl replacements, each adding at most tl bytes */
+    if (fl && tl > fl && (double)(len / fl) * (double)tl > (double)CT_MAX_STR)
+        return too_big(c, n);
+    return charge(c, n, search_cost(len, fl));
 }
 
 /* Methods of str, dict and list values: obj.name(args). */
@@ -374,12 +477,22 @@ static loom_status call_method(ctx *c, const ct_node *n, json_t *obj,
             if (na && !json_is_string(args[0]) && !json_is_null(args[0]))
                 return error(c, n, LOOM_ERR_INVALID, "split needs a str%s%s",
                              "", "");
+            loom_status st =
+                charge(c, n,
+                       search_cost(len, na && json_is_string(args[0])
+                                            ? json_string_length(args[0])
+                                            : 1));
+            if (st != LOOM_OK)
+                return st;
             *out = loom__ct_split(obj, na ? args[0] : NULL,
                                   na > 1 ? loom__ct_inum(args[1]) : -1);
-            return *out ? LOOM_OK : nomem(c);
+            return *out ? LOOM_OK : too_big(c, n);
         }
         if (!strcmp(m, "replace") && (na == 2 || na == 3) &&
             json_is_string(args[0]) && json_is_string(args[1])) {
+            loom_status st = replace_check(c, n, obj, args[0], args[1]);
+            if (st != LOOM_OK)
+                return st;
             *out = loom__ct_replace(obj, args[0], args[1],
                                     na == 3 ? loom__ct_inum(args[2]) : -1);
             return *out ? LOOM_OK : nomem(c);
@@ -392,6 +505,9 @@ static loom_status call_method(ctx *c, const ct_node *n, json_t *obj,
             const char *nd = json_string_value(args[0]);
             size_t nl = json_string_length(args[0]);
             json_int_t at = -1;
+            loom_status st = charge(c, n, search_cost(len, nl));
+            if (st != LOOM_OK)
+                return st;
             for (size_t i = 0; i + nl <= len; i++)
                 if (!memcmp(s + i, nd, nl)) {
                     at = (json_int_t)loom__ct_u8_count(s, i);
@@ -413,9 +529,10 @@ static loom_status call_method(ctx *c, const ct_node *n, json_t *obj,
                     loom__ct_sb_add(&b, json_string_value(xs),
                                     json_string_length(xs));
                 json_decref(xs);
+                if (b.oom)
+                    break;
             }
-            *out = loom__ct_sb_take(&b);
-            return *out ? LOOM_OK : nomem(c);
+            return take(c, n, &b, out);
         }
     } else if (json_is_object(obj)) {
         if (!strcmp(m, "items") && na == 0) {
@@ -496,8 +613,8 @@ static loom_status call_macro(ctx *c, const ct_node *n, const ct_node *mac,
     pop_frame(c);
     c->n_frames = n_saved;
     memcpy(c->frames, saved, n_saved * sizeof *saved);
-    if (st == LOOM_OK && !(*out = loom__ct_sb_take(&body)))
-        st = nomem(c);
+    if (st == LOOM_OK)
+        st = take(c, n, &body, out);
     free(body.p);
     return st;
 }
@@ -549,13 +666,25 @@ static loom_status ev_call(ctx *c, const ct_node *n, json_t **out)
             json_int_t b =
                 na > 1 ? loom__ct_inum(args[1]) : loom__ct_inum(args[0]);
             json_int_t s = na > 2 ? loom__ct_inum(args[2]) : 1;
-            if (s == 0 || (b - a) / s > 1000000)
+            /* The length in unsigned arithmetic, where b - a cannot wrap. */
+            uint64_t len = 0;
+            if (s > 0 && b > a)
+                len = ((uint64_t)b - (uint64_t)a - 1) / (uint64_t)s + 1;
+            else if (s < 0 && a > b)
+                len = ((uint64_t)a - (uint64_t)b - 1) /
+                          ((uint64_t)0 - (uint64_t)s) +
+                      1;
+            if (s == 0 || len > 1000000)
                 st = error(c, n, LOOM_ERR_RANGE,
                            "range() too long or zero step%s%s", "", "");
+            if (st == LOOM_OK)
+                st = charge(c, n, (long long)len);
             *out = json_array();
-            for (json_int_t i = a; st == LOOM_OK && (s > 0 ? i < b : i > b);
-                 i += s)
-                json_array_append_new(*out, json_integer(i));
+            /* a + k*s stays between a and b: no overflow */
+            for (uint64_t k = 0; st == LOOM_OK && k < len; k++)
+                json_array_append_new(
+                    *out,
+                    json_integer((json_int_t)((uint64_t)a + k * (uint64_t)s)));
         }
     } else if (f->kind == CT_NAME && !strcmp(f->name, "raise_exception")) {
         json_t *msg = na ? loom__ct_str_of(args[0]) : NULL;
@@ -586,7 +715,50 @@ static loom_status ev_call(ctx *c, const ct_node *n, json_t **out)
     return st;
 }
 
+/* What a new value V costs the render's CT_MAX_BYTES. */
+static long long value_bytes(json_t *v)
+{
+    if (json_is_string(v))
+        return (long long)json_string_length(v) + 16;
+    if (json_is_array(v))
+        return (long long)json_array_size(v) * 32 + 16;
+    if (json_is_object(v))
+        return (long long)json_object_size(v) * 48 + 16;
+    return 16;
+}
+
+static loom_status ev_node(ctx *c, const ct_node *n, json_t **out);
+
+/* Evaluates N within the render's bounds on depth, steps and bytes. */
 static loom_status ev(ctx *c, const ct_node *n, json_t **out)
+{
+    *out = NULL;
+    if (c->nest >= CT_MAX_DEPTH)
+        return error(c, n, LOOM_ERR_RANGE,
+                     "evaluation nested too deeply (CT_MAX_DEPTH)%s%s", "", "");
+    loom_status st = charge(c, n, 1);
+    if (st != LOOM_OK)
+        return st;
+    c->nest++;
+    st = ev_node(c, n, out);
+    c->nest--;
+    /* names and literals are shared, not built */
+    if (st == LOOM_OK && *out && n->kind != CT_LIT && n->kind != CT_NAME &&
+        n->kind != CT_ATTR && n->kind != CT_ITEM) {
+        c->bytes += value_bytes(*out);
+        if (c->bytes > CT_MAX_BYTES) {
+            json_decref(*out);
+            *out = NULL;
+            st = loom_err_set(c->err, LOOM_ERR_RANGE,
+                              "chat template line %d: the render builds more "
+                              "than %lld MiB",
+                              n->line, (long long)(CT_MAX_BYTES >> 20));
+        }
+    }
+    return st;
+}
+
+static loom_status ev_node(ctx *c, const ct_node *n, json_t **out)
 {
     json_t *a = NULL, *b = NULL;
     loom_status st = LOOM_OK;
@@ -671,7 +843,9 @@ static loom_status ev(ctx *c, const ct_node *n, json_t **out)
     case CT_NEG:
         st = ev(c, n->a, &a);
         if (st == LOOM_OK) {
-            if (loom__ct_is_int(a))
+            if (loom__ct_is_int(a) && loom__ct_inum(a) == INT64_MIN)
+                st = overflow(c, n);
+            else if (loom__ct_is_int(a))
                 *out = json_integer(-loom__ct_inum(a));
             else if (loom__ct_is_num(a))
                 *out = json_real(-loom__ct_num(a));
@@ -775,15 +949,23 @@ static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
     } else if (!strcmp(f, "tojson")) {
         json_t *ind = NULL;
         st = kwarg(c, n, "indent", &ind);
-        int indent = -1;
+        json_int_t indent = -1;
         if (ind && loom__ct_is_int(ind))
-            indent = (int)loom__ct_inum(ind);
+            indent = loom__ct_inum(ind);
         else if (na && loom__ct_is_int(args[0]))
-            indent = (int)loom__ct_inum(args[0]);
+            indent = loom__ct_inum(args[0]);
+        else if (ind && !json_is_null(ind))
+            st = error(c, n, LOOM_ERR_INVALID,
+                       "tojson: indent must be an integer%s%s", "", "");
         json_decref(ind);
-        ct_buf b = {0};
-        loom__ct_to_json(&b, v, indent, 0);
-        *out = loom__ct_sb_take(&b);
+        if (indent > 1000)
+            st = error(c, n, LOOM_ERR_RANGE, "tojson: indent over 1000%s%s", "",
+                       "");
+        if (st == LOOM_OK) {
+            ct_buf b = {0};
+            loom__ct_to_json(&b, v, indent < 0 ? -1 : (int)indent, 0);
+            st = take(c, n, &b, out);
+        }
     } else if (!strcmp(f, "trim") || !strcmp(f, "strip")) {
         json_t *s = loom__ct_str_of(v);
         *out = s ? loom__ct_strip(
@@ -823,20 +1005,29 @@ static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
             json_decref(empty);
         }
     } else if (!strcmp(f, "int")) {
-        if (loom__ct_is_num(v))
-            *out = json_integer((json_int_t)loom__ct_num(v));
-        else if (json_is_string(v))
-            *out = json_integer(strtoll(json_string_value(v), NULL, 10));
-        else
-            *out = json_integer(0);
+        int64_t i = 0;
+        errno = 0;
+        if (loom__ct_is_int(v))
+            i = loom__ct_inum(v);
+        else if (loom__ct_is_num(v) && loom_f64_to_i64(loom__ct_num(v), &i))
+            st = overflow(c, n);
+        else if (json_is_string(v) &&
+                 (i = strtoll(json_string_value(v), NULL, 10), errno))
+            st = overflow(c, n);
+        if (st == LOOM_OK)
+            *out = json_integer(i);
     } else if (!strcmp(f, "float")) {
-        *out =
-            json_real(loom__ct_is_num(v)  ? loom__ct_num(v)
-                      : json_is_string(v) ? strtod(json_string_value(v), NULL)
-                                          : 0.0);
+        st = real(c, n,
+                  loom__ct_is_num(v)  ? loom__ct_num(v)
+                  : json_is_string(v) ? strtod(json_string_value(v), NULL)
+                                      : 0.0,
+                  out);
     } else if (!strcmp(f, "abs") && loom__ct_is_num(v)) {
-        *out = loom__ct_is_int(v) ? json_integer(llabs(loom__ct_inum(v)))
-                                  : json_real(fabs(loom__ct_num(v)));
+        if (loom__ct_is_int(v) && loom__ct_inum(v) == INT64_MIN)
+            st = overflow(c, n);
+        else
+            *out = loom__ct_is_int(v) ? json_integer(llabs(loom__ct_inum(v)))
+                                      : json_real(fabs(loom__ct_num(v)));
     } else if (!strcmp(f, "list")) {
         if (json_is_array(v)) {
             *out = json_copy(v);
@@ -862,9 +1053,12 @@ static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
     } else if (!strcmp(f, "replace") && na >= 2 && json_is_string(args[0]) &&
                json_is_string(args[1])) {
         json_t *s = loom__ct_str_of(v);
-        *out = s ? loom__ct_replace(s, args[0], args[1],
-                                    na > 2 ? loom__ct_inum(args[2]) : -1)
-                 : NULL;
+        if (s)
+            st = replace_check(c, n, s, args[0], args[1]);
+        *out = s && st == LOOM_OK
+                   ? loom__ct_replace(s, args[0], args[1],
+                                      na > 2 ? loom__ct_inum(args[2]) : -1)
+                   : NULL;
         json_decref(s);
     } else if ((!strcmp(f, "selectattr") || !strcmp(f, "rejectattr")) &&
                na >= 1 && json_is_array(v) && json_is_string(args[0])) {
@@ -931,6 +1125,42 @@ static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
 
 /* ------------------------------------------------------------ statements */
 
+/* Walks V (shared parts as often as they are reached) to DEPTH, counting
+ * nodes into *SEEN; 1 when V holds SELF, nests past CT_MAX_VALUE_DEPTH or
+ * expands past CT_MAX_ITEMS. */
+static int unbounded(json_t *v, json_t *self, int depth, size_t *seen)
+{
+    if (v == self || depth > CT_MAX_VALUE_DEPTH || ++*seen > CT_MAX_ITEMS)
+        return 1;
+    size_t i;
+    const char *k;
+    json_t *x;
+    if (json_is_array(v))
+        json_array_foreach(v, i,
+                           x) if (unbounded(x, self, depth + 1, seen)) return 1;
+    if (json_is_object(v))
+        json_object_foreach(
+            v, k, x) if (unbounded(x, self, depth + 1, seen)) return 1;
+    return 0;
+}
+
+/* Refuses to store V in (the namespace NS): a value that holds itself,
+ * nests without bound or shares its way to an exponential size would make
+ * printing, comparing or freeing it overflow the stack or take forever. */
+static loom_status check_stored(ctx *c, const ct_node *n, json_t *v, json_t *ns)
+{
+    if (!json_is_array(v) && !json_is_object(v))
+        return LOOM_OK;
+    size_t seen = 0;
+    int bad = unbounded(v, ns, 0, &seen);
+    loom_status st = charge(c, n, (long long)seen / 16);
+    if (st == LOOM_OK && bad)
+        st = error(c, n, LOOM_ERR_RANGE,
+                   "the value set holds itself or is too large or deep%s%s", "",
+                   "");
+    return st;
+}
+
 static loom_status assign(ctx *c, const ct_node *n, json_t *v)
 {
     json_t *frame = c->frames[c->n_frames - 1];
@@ -940,9 +1170,15 @@ static loom_status assign(ctx *c, const ct_node *n, json_t *v)
             return error(c, n, LOOM_ERR_INVALID,
                          "cannot set an attribute of '%s' (not a namespace)%s",
                          n->targets[0], "");
+        loom_status st = check_stored(c, n, v, ns);
+        if (st != LOOM_OK)
+            return st;
         json_object_set(ns, n->attr, v ? v : json_null());
         return LOOM_OK;
     }
+    loom_status st = check_stored(c, n, v, NULL);
+    if (st != LOOM_OK)
+        return st;
     if (n->n_targets == 1) {
         if (v)
             json_object_set(frame, n->targets[0], v);
@@ -980,7 +1216,8 @@ static loom_status exec_for(ctx *c, const ct_node *n)
     } else if (json_is_object(seq)) {
         st = call_method(c, n, seq, "keys", NULL, 0, &items);
     } else if (json_is_string(seq)) {
-        items = str_chars(seq);
+        if (!(items = str_chars(seq)))
+            st = too_big(c, n);
     } else if (!seq) {
         items = json_array(); /* Jinja's Undefined iterates as empty */
     } else {
@@ -1019,7 +1256,11 @@ static loom_status exec_for(ctx *c, const ct_node *n)
     size_t len = json_array_size(items);
     for (size_t i = 0; i < len && st == LOOM_OK; i++) {
         json_t *x = json_array_get(items, i);
-        st = assign_targets(c, n, x);
+        /* an iteration builds its loop object (seven members): it costs
+         * what building them does */
+        st = charge(c, n, 32);
+        if (st == LOOM_OK)
+            st = assign_targets(c, n, x);
         if (st != LOOM_OK)
             break;
         json_t *loop = json_pack(
@@ -1050,7 +1291,23 @@ static loom_status exec_for(ctx *c, const ct_node *n)
     return st;
 }
 
+static loom_status exec_node(ctx *c, const ct_node *n);
+
 static loom_status exec(ctx *c, const ct_node *n)
+{
+    if (c->nest >= CT_MAX_DEPTH)
+        return error(c, n, LOOM_ERR_RANGE,
+                     "statements nested too deeply (CT_MAX_DEPTH)%s%s", "", "");
+    loom_status st = charge(c, n, 1);
+    if (st != LOOM_OK)
+        return st;
+    c->nest++;
+    st = exec_node(c, n);
+    c->nest--;
+    return st;
+}
+
+static loom_status exec_node(ctx *c, const ct_node *n)
 {
     loom_status st = LOOM_OK;
     json_t *v = NULL;
@@ -1078,7 +1335,7 @@ static loom_status exec(ctx *c, const ct_node *n)
             ct_buf body = {0};
             st = exec_into(c, &n->body, &body);
             if (st == LOOM_OK)
-                v = json_stringn_nocheck(body.p ? body.p : "", body.n);
+                st = take(c, n, &body, &v);
             free(body.p);
         }
         if (st == LOOM_OK)
@@ -1104,7 +1361,7 @@ static loom_status exec(ctx *c, const ct_node *n)
     }
     json_decref(v);
     if (st == LOOM_OK && c->out->oom)
-        st = nomem(c);
+        st = c->out->oom == 2 ? too_big(c, n) : nomem(c);
     return st;
 }
 

@@ -39,6 +39,20 @@ typedef enum ct_kind {
     CT_BLOCK, /* a plain body (generation blocks) */
 } ct_kind;
 
+/* Bounds on one template and one render, so that hostile templates and
+ * messages fail with an error instead of exhausting the stack, memory or
+ * time: */
+enum {
+    CT_MAX_NEST = 100,         /* parser: nested (), [], {}, not, -, blocks */
+    CT_MAX_HEIGHT = 400,       /* parser: depth of one syntax tree */
+    CT_MAX_DEPTH = 600,        /* evaluator: nested evaluations */
+    CT_MAX_VALUE_DEPTH = 4096, /* nesting of a value a template stores */
+};
+#define CT_MAX_STEPS 10000000LL           /* evaluation steps per render */
+#define CT_MAX_STR   ((size_t)64 << 20)   /* bytes of one string or output */
+#define CT_MAX_ITEMS ((size_t)1 << 22)    /* items of one list (expanded) */
+#define CT_MAX_BYTES ((long long)1 << 30) /* bytes built per render */
+
 typedef struct ct_node ct_node;
 
 typedef struct ct_list {
@@ -49,6 +63,7 @@ typedef struct ct_list {
 struct ct_node {
     ct_kind kind;
     int line;
+    int height;      /* levels of expression below and including this node */
     char op[8];      /* CT_BINOP */
     int neg;         /* CT_TEST: "is not" */
     char *name;      /* name, attribute, filter, test, macro, or text */
@@ -114,7 +129,7 @@ loom_status loom__ct_parse(tk *v, size_t n, ct_list *body, loom_err *err);
 typedef struct ct_buf {
     char *p;
     size_t n, cap;
-    int oom;
+    int oom; /* 1: out of memory; 2: the text would pass CT_MAX_STR */
 } ct_buf;
 void loom__ct_sb_add(ct_buf *b, const char *s, size_t len);
 void loom__ct_sb_str(ct_buf *b, const char *s);

@@ -1,6 +1,8 @@
 /* The chat template lexer: text and tags with Jinja's whitespace control
  * and HF's trim_blocks / lstrip_blocks, tag contents as expression tokens. */
 #include <ctype.h>
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,10 +205,16 @@ static loom_status lex_tag(lexer *lx, int block, int *strip_after, int *plus)
                 if (p[q] != '_')
                     num[m++] = p[q];
             num[m] = '\0';
+            /* Python has big ints and inf; JSON values have neither. */
+            errno = 0;
+            json_int_t iv = is_float ? 0 : strtoll(num, NULL, 10);
+            double fv = strtod(num, NULL);
+            if ((!is_float && errno == ERANGE) || !isfinite(fv))
+                return lex_fail(lx, "the number %s is out of range", num);
             if (!push(lx, is_float ? TK_FLOAT : TK_INT, NULL, 0, lx->line))
                 return lex_nomem(lx);
-            lx->v[lx->n - 1].i = strtoll(num, NULL, 10);
-            lx->v[lx->n - 1].f = strtod(num, NULL);
+            lx->v[lx->n - 1].i = iv;
+            lx->v[lx->n - 1].f = fv;
             advance_to(lx, lx->pos + k);
             continue;
         }

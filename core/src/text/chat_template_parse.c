@@ -21,6 +21,7 @@ typedef struct parser {
     size_t n, i;
     loom_err *err;
     int failed;
+    int nest; /* open (), not, unary minus and blocks: CT_MAX_NEST */
 } parser;
 
 static tk *cur(parser *p)
@@ -113,10 +114,36 @@ static ct_node *node(parser *p, ct_kind kind)
         return oom(p);
     n->kind = kind;
     n->line = cur(p)->line;
+    n->height = 1;
     return n;
 }
 
 static void free_node(ct_node *n);
+
+/* N over its children A and B: refused (and freed) when the tree grows past
+ * CT_MAX_HEIGHT, which chains like a+a+...+a or x|f|f|... reach without
+ * nesting. */
+static ct_node *grown(parser *p, ct_node *n)
+{
+    int ha = n->a ? n->a->height : 0, hb = n->b ? n->b->height : 0;
+    n->height = 1 + (ha > hb ? ha : hb);
+    if (n->height > CT_MAX_HEIGHT) {
+        free_node(n);
+        return fail(p, LOOM_ERR_RANGE, "%s",
+                    "expression too deeply nested (CT_MAX_HEIGHT)");
+    }
+    return n;
+}
+
+/* Enters one level of nesting; 0 (and the error set) past CT_MAX_NEST. */
+static int nest_in(parser *p)
+{
+    if (++p->nest > CT_MAX_NEST) {
+        fail(p, LOOM_ERR_RANGE, "%s", "nested too deeply (CT_MAX_NEST)");
+        return 0;
+    }
+    return 1;
+}
 
 void loom__ct_free_list(ct_list *l)
 {
@@ -191,7 +218,7 @@ static ct_node *wrap(parser *p, ct_kind kind, ct_node *a)
         return NULL;
     }
     n->a = a;
-    return n;
+    return grown(p, n);
 }
 
 /* wrap() for the nodes that carry a NAME (attribute, filter). */
@@ -205,7 +232,7 @@ static ct_node *wrap_named(parser *p, ct_kind kind, ct_node *a,
         return oom(p);
     }
     n->a = a;
-    return n;
+    return grown(p, n);
 }
 
 static ct_node *parse_expr(parser *p, int with_cond);
@@ -530,7 +557,8 @@ static ct_node *parse_unary(parser *p, int with_filter)
     if (is_op(p, "-") || is_op(p, "+")) {
         int neg = is_op(p, "-");
         p->i++;
-        ct_node *x = parse_unary(p, 0);
+        ct_node *x = nest_in(p) ? parse_unary(p, 0) : NULL;
+        p->nest--;
         if (!x)
             return NULL;
         n = neg ? wrap(p, CT_NEG, x) : x;
@@ -556,7 +584,7 @@ static ct_node *binop(parser *p, const char *op, ct_node *a, ct_node *b)
     snprintf(n->op, sizeof n->op, "%s", op);
     n->a = a;
     n->b = b;
-    return n;
+    return grown(p, n);
 }
 
 static ct_node *parse_pow(parser *p)
@@ -633,7 +661,8 @@ static ct_node *parse_not(parser *p)
 {
     if (is_name(p, "not")) {
         p->i++;
-        ct_node *x = parse_not(p);
+        ct_node *x = nest_in(p) ? parse_not(p) : NULL;
+        p->nest--;
         return x ? wrap(p, CT_NOT, x) : NULL;
     }
     return parse_compare(p);
@@ -667,7 +696,16 @@ static ct_node *parse_or(parser *p)
     return n;
 }
 
+static ct_node *parse_cond(parser *p, int with_cond);
+
 static ct_node *parse_expr(parser *p, int with_cond)
+{
+    ct_node *n = nest_in(p) ? parse_cond(p, with_cond) : NULL;
+    p->nest--;
+    return n;
+}
+
+static ct_node *parse_cond(parser *p, int with_cond)
 {
     ct_node *n = parse_or(p);
     while (n && with_cond && is_name(p, "if")) {
@@ -690,6 +728,8 @@ static ct_node *parse_expr(parser *p, int with_cond)
                 return NULL;
             }
         }
+        if (!(n = grown(p, c)))
+            return NULL;
     }
     return n;
 }
@@ -952,7 +992,16 @@ static ct_node *parse_stmt(parser *p)
 
 /* Statements until a block tag naming one of ENDS (left unconsumed, just
  * after its '{%') or the end of the template (an error when ENDS is set). */
+static int parse_body_in(parser *p, ct_list *out, const char *const *ends);
+
 static int parse_body(parser *p, ct_list *out, const char *const *ends)
+{
+    int ok = nest_in(p) && parse_body_in(p, out, ends);
+    p->nest--;
+    return ok;
+}
+
+static int parse_body_in(parser *p, ct_list *out, const char *const *ends)
 {
     for (;;) {
         tk *t = cur(p);

@@ -2,6 +2,7 @@
  * equality, str() and repr(), json.dumps as HF's tojson calls it) and the
  * str helpers that work by code point. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,10 @@ void loom__ct_sb_add(ct_buf *b, const char *s, size_t len)
 {
     if (b->oom)
         return;
+    if (len > CT_MAX_STR || b->n > CT_MAX_STR - len) {
+        b->oom = 2;
+        return;
+    }
     if (b->n + len + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + len + 1)
@@ -211,9 +216,12 @@ static void json_str(ct_buf *b, const char *s, size_t len)
 
 static void indent_to(ct_buf *b, int indent, int level)
 {
+    static const char spaces[64] = "                                "
+                                   "                               ";
     loom__ct_sb_add(b, "\n", 1);
-    for (int i = 0; i < indent * level; i++)
-        loom__ct_sb_add(b, " ", 1);
+    /* indent and level are bounded by the caller: the product fits */
+    for (long long k = (long long)indent * level; k > 0 && !b->oom; k -= 63)
+        loom__ct_sb_add(b, spaces, k < 63 ? (size_t)k : 63);
 }
 
 /* What json.dumps writes before an item of a list or dict at LEVEL. */
@@ -236,6 +244,12 @@ static void close_items(ct_buf *b, size_t n, int indent, int level,
 
 void loom__ct_to_json(ct_buf *b, json_t *v, int indent, int level)
 {
+    if (b->oom)
+        return;
+    if (level > CT_MAX_VALUE_DEPTH) {
+        b->oom = 2;
+        return;
+    }
     if (!v || json_is_null(v)) {
         loom__ct_sb_str(b, "null");
     } else if (json_is_true(v)) {
@@ -274,10 +288,21 @@ void loom__ct_to_json(ct_buf *b, json_t *v, int indent, int level)
 }
 
 /* Python's str() of a value (repr for the strings inside containers). */
+static void py_str(ct_buf *b, json_t *v, int top, int level);
+
 void loom__ct_py_str(ct_buf *b, json_t *v, int top)
 {
-    if (!v)
+    py_str(b, v, top, 0);
+}
+
+static void py_str(ct_buf *b, json_t *v, int top, int level)
+{
+    if (!v || b->oom)
         return; /* undefined prints as nothing */
+    if (level > CT_MAX_VALUE_DEPTH) {
+        b->oom = 2;
+        return;
+    }
     switch (json_typeof(v)) {
     case JSON_NULL:
         loom__ct_sb_str(b, "None");
@@ -326,7 +351,7 @@ void loom__ct_py_str(ct_buf *b, json_t *v, int top)
         {
             if (i)
                 loom__ct_sb_str(b, ", ");
-            loom__ct_py_str(b, x, 0);
+            py_str(b, x, 0, level + 1);
         }
         loom__ct_sb_str(b, "]");
         break;
@@ -342,10 +367,10 @@ void loom__ct_py_str(ct_buf *b, json_t *v, int top)
                 loom__ct_sb_str(b, ", ");
             first = 0;
             json_t *key = json_string(k);
-            loom__ct_py_str(b, key, 0);
+            py_str(b, key, 0, level + 1);
             json_decref(key);
             loom__ct_sb_str(b, ": ");
-            loom__ct_py_str(b, x, 0);
+            py_str(b, x, 0, level + 1);
         }
         loom__ct_sb_str(b, "}");
         break;
@@ -503,6 +528,10 @@ json_t *loom__ct_split(json_t *v, json_t *sep, json_int_t maxsplit)
             }
             while (i < len && !u8_is_space(s + i, len - i, &k))
                 i += loom__ct_u8_len_at(s + i, len - i);
+            if (json_array_size(out) >= CT_MAX_ITEMS) {
+                json_decref(out);
+                return NULL;
+            }
             json_array_append_new(out, json_stringn_nocheck(s + st, i - st));
         }
         return out;
@@ -513,6 +542,10 @@ json_t *loom__ct_split(json_t *v, json_t *sep, json_int_t maxsplit)
     for (size_t i = 0; dl && i + dl <= len;) {
         if ((maxsplit < 0 || (json_int_t)json_array_size(out) < maxsplit) &&
             !memcmp(s + i, d, dl)) {
+            if (json_array_size(out) >= CT_MAX_ITEMS) {
+                json_decref(out);
+                return NULL;
+            }
             json_array_append_new(out, json_stringn_nocheck(s + st, i - st));
             i += dl;
             st = i;
@@ -604,12 +637,32 @@ json_t *loom__ct_slice(json_t *v, json_t *a, json_t *b, json_t *step)
     ct_buf sb = {0};
     const char *s = is_str ? json_string_value(v) : NULL;
     size_t sl = is_str ? json_string_length(v) : 0;
-    for (json_int_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+    /* The count of items first: i += st could pass INT64_MAX. Both bounds
+     * are in [-1, n], so the differences fit. */
+    uint64_t count = 0;
+    if (st > 0 && hi > lo)
+        count = (uint64_t)(hi - lo - 1) / (uint64_t)st + 1;
+    else if (st < 0 && lo > hi)
+        count = (uint64_t)(lo - hi - 1) / ((uint64_t)0 - (uint64_t)st) + 1;
+    /* Walk code points once (byte offset O of code point AT), not from the
+     * start for each item. */
+    size_t at = 0, o = 0;
+    for (uint64_t k = 0; k < count; k++) {
+        size_t i = (size_t)(lo + (json_int_t)k * st);
         if (is_str) {
-            size_t o = loom__ct_u8_offset(s, sl, (size_t)i);
+            while (at < i) {
+                o += loom__ct_u8_len_at(s + o, sl - o);
+                at++;
+            }
+            while (at > i) {
+                o = u8_prev(s, 0, o);
+                at--;
+            }
             loom__ct_sb_add(&sb, s + o, loom__ct_u8_len_at(s + o, sl - o));
+            if (sb.oom)
+                break;
         } else {
-            json_array_append(out, json_array_get(v, (size_t)i));
+            json_array_append(out, json_array_get(v, i));
         }
     }
     return is_str ? loom__ct_sb_take(&sb) : out;

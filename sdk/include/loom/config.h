@@ -61,6 +61,13 @@ loom_status loom_cfg_bool(const loom_cfg *c, const char *key, int def,
 void loom_cfg_eos_ids(const loom_host *host, const loom_checkpoint *ckpt,
                       int64_t vocab, int32_t eos[LOOM_MAX_EOS], int32_t *n_eos);
 
+/* Refuses (LOOM_ERR_FORMAT, naming the file, field and value) an eos id of
+ * those three places that is not an integer in [0, vocab), so that a
+ * family refuses a config instead of passing ids over. */
+loom_status loom_cfg_eos_ids_check(const loom_host *host,
+                                   const loom_checkpoint *ckpt, int64_t vocab,
+                                   loom_err *err);
+
 /* A family probe's score from config.json alone: 100 when an entry of
  * `architectures` is in archs[0..n_archs), else 50 when the root's or the
  * text config's model_type is in types[0..n_types), else 0. */
