@@ -5,6 +5,7 @@
 #define LOOM_ENGINE_H
 
 #include <loom/checkpoint.h>
+#include <loom/drafter.h>
 #include <loom/family.h>
 #include <loom/host.h>
 #include <loom/pool.h>
@@ -15,10 +16,12 @@ typedef struct loom_engine_params {
     const char *family;             /* force a family by name, or NULL */
     const char *const *plugin_dirs; /* --plugin-path, searched first */
     int n_plugin_dirs;
-    int device;          /* loom_device_kind */
-    int n_threads;       /* <= 0: one per CPU */
-    int64_t max_context; /* 0: the model's */
-    int32_t max_rows;    /* 0: 512 */
+    int device;                 /* loom_device_kind */
+    int n_threads;              /* <= 0: one per CPU */
+    int64_t max_context;        /* 0: the model's */
+    int32_t max_rows;           /* 0: 512 */
+    const char *drafter;        /* a drafter checkpoint directory, or NULL */
+    const char *drafter_plugin; /* force a drafter plugin by name, or NULL */
 } loom_engine_params;
 
 typedef struct loom_engine {
@@ -33,6 +36,15 @@ typedef struct loom_engine {
     const struct loom_cuda *cuda;
     loom_model *model;
     loom_model_info info;
+
+    /* The drafter opened for the model (params.drafter), else all NULL:
+     * opened with the family's loom.target/1, closed before the model. */
+    loom_checkpoint *drafter_ckpt;
+    const loom_plugin_ref *drafter_plugin;
+    loom_drafter_ref drafter_ref; /* the drafter's dispatcher */
+    loom_drafter *drafter;
+    loom_drafter_needs needs; /* taps, block size, mask token */
+    loom_target target;       /* what the drafter was opened with */
 } loom_engine;
 
 loom_status loom_engine_open(const loom_engine_params *params,
