@@ -98,13 +98,6 @@ loom_status dflash_block_forward(const loom_drafter *d,
     int64_t qw = (int64_t)g->n_heads * g->head_dim;
     int64_t kvw = (int64_t)g->n_kv_heads * g->head_dim;
     float eps = (float)g->rms_eps;
-    for (int32_t i = 0; i < n_streams; i++)
-        for (int32_t l = 0; l < g->n_layers; l++) {
-            loom_status st = loom_cpu_kv_reserve(&streams[i]->kv[l],
-                                                 streams[i]->len + B, err);
-            if (st != LOOM_OK)
-                return st;
-        }
     float *xn = rows_alloc(R, H), *q = rows_alloc(R, qw);
     float *k = rows_alloc(R, kvw), *v = rows_alloc(R, kvw);
     float *att = rows_alloc(R, qw), *o = rows_alloc(R, H);

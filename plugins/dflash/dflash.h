@@ -90,7 +90,8 @@ void dflash_context_kv(const loom_drafter *d, int32_t l, const float *c,
                        const int32_t *pos, int64_t n, float *k, float *v);
 /* The block forward of n_streams streams: x [n_streams*B, hidden] holds the
  * embedded blocks, stream i's at positions streams[i]->len .. + B; on return
- * x holds the final-normed hidden rows. */
+ * x holds the final-normed hidden rows. Each store must have room for
+ * len + B positions. */
 loom_status dflash_block_forward(const loom_drafter *d,
                                  loom_draft_stream *const *streams,
                                  int32_t n_streams, float *x, loom_err *err);

@@ -166,6 +166,16 @@ loom_status dflash_draft(loom_drafter *d, loom_draft_stream *const *streams,
             return st;
     }
 
+    /* room for the block's K/V after each context, accounted beforehand */
+    for (int32_t i = 0; i < n_streams; i++) {
+        for (int32_t l = 0; l < g->n_layers; l++)
+            if ((st = loom_cpu_kv_reserve(&streams[i]->kv[l],
+                                          streams[i]->len + B, err)) != LOOM_OK)
+                return st;
+        if ((st = account(d, streams[i], err)) != LOOM_OK)
+            return st;
+    }
+
     int32_t *tokens = malloc((size_t)R * sizeof *tokens);
     float *x = malloc((size_t)R * (size_t)H * sizeof *x);
     float *rows = malloc((size_t)P * (size_t)H * sizeof *rows);

@@ -202,6 +202,102 @@ START_TEST(the_first_block_matches_the_reference)
 }
 END_TEST
 
+/* int array `key` of golden.json into out (at most 64); returns the count. */
+static int32_t golden_ints(const char *key, int32_t *out)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/golden.json", fixture(DRAFTER));
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    ck_assert_msg(j != NULL, "%s: %s", path, je.text);
+    json_t *a = json_object_get(j, key);
+    int32_t n = (int32_t)json_array_size(a);
+    ck_assert_int_le(n, 64);
+    for (int32_t i = 0; i < n; i++)
+        out[i] = (int32_t)json_integer_value(json_array_get(a, i));
+    json_decref(j);
+    return n;
+}
+
+/* The reference's greedy speculative run, driven by hand: each round drafts
+ * B-1 tokens, verifies [pending, drafts] as one window of the target,
+ * accepts the drafts equal to the target's argmax, commits the kept rows
+ * and absorbs their taps. Tokens and per-round acceptance lengths equal the
+ * fixture's (and so plain greedy decoding). */
+START_TEST(a_speculative_run_matches_the_reference)
+{
+    golden g;
+    read_golden(&g);
+    int32_t want[64], want_acc[64];
+    int32_t n_want = golden_ints("speculative_greedy", want);
+    int32_t n_rounds = golden_ints("acceptance_lengths", want_acc);
+    pair p;
+    open_pair_ok(fixture(DRAFTER), &p);
+    int64_t width = 2 * p.e->info.hidden;
+    int32_t T = g.n_prompt;
+    float *taps = malloc((size_t)(T + 64) * (size_t)width * sizeof *taps);
+    float lg[B * VOCAB];
+    ck_assert_ptr_nonnull(taps);
+    loom_cache *c = tm_new_cache(p.e);
+    loom_draft_stream *s = NULL;
+    loom_err err = {{0}};
+    ck_assert_int_eq(loom_drafter_stream_new(&p.ref, p.d, &s, &err), LOOM_OK);
+    loom_row rows[64];
+    int32_t pos[64];
+    for (int32_t i = 0; i < T; i++) {
+        rows[i] = (loom_row){c, g.prompt[i], i, -1, LOOM_ROW_TAP};
+        pos[i] = i;
+    }
+    rows[T - 1].flags |= LOOM_ROW_LOGITS;
+    ck_assert_int_eq(tm_forward_taps(p.e, rows, T, lg, taps, width, &err),
+                     LOOM_OK);
+    loom_view fv = loom_view_host_f32(taps, T, width);
+    ck_assert_int_eq(loom_drafter_absorb(&p.ref, p.d, s, &fv, pos, T, &err),
+                     LOOM_OK);
+    int32_t got[80], n_got = 0, at = T;
+    got[n_got++] = (int32_t)loom_cpu_argmax(lg, VOCAB);
+    for (int32_t r = 0; r < n_rounds; r++) {
+        props o;
+        props_init(&o, B - 1, NULL, 0);
+        draft_ok(&p, &s, &got[n_got - 1], 1, &o);
+        for (int32_t j = 0; j < B; j++) {
+            int32_t tok = j == 0 ? got[n_got - 1] : o.tokens[j - 1];
+            rows[j] = (loom_row){c, tok, at + j, -1,
+                                 LOOM_ROW_LOGITS | LOOM_ROW_TAP |
+                                     LOOM_ROW_SPECULATIVE};
+            pos[j] = at + j;
+        }
+        ck_assert_msg(tm_forward_taps(p.e, rows, B, lg, taps, width, &err) ==
+                          LOOM_OK,
+                      "%s", err.msg);
+        int32_t a = 0;
+        while (a < B - 1 &&
+               o.tokens[a] == loom_cpu_argmax(lg + (int64_t)a * VOCAB, VOCAB))
+            a++;
+        ck_assert_msg(a + 1 == want_acc[r], "round %d accepted %d, want %d", r,
+                      a + 1, want_acc[r]);
+        for (int32_t j = 0; j < a; j++)
+            got[n_got++] = o.tokens[j];
+        got[n_got++] = (int32_t)loom_cpu_argmax(lg + (int64_t)a * VOCAB, VOCAB);
+        ck_assert_int_eq(tm_commit(p.e, c, a + 1, &err), LOOM_OK);
+        fv = loom_view_host_f32(taps, a + 1, width);
+        ck_assert_int_eq(
+            loom_drafter_absorb(&p.ref, p.d, s, &fv, pos, a + 1, &err),
+            LOOM_OK);
+        at += a + 1;
+    }
+    ck_assert_int_eq(n_got, n_want);
+    for (int32_t i = 0; i < n_want; i++)
+        ck_assert_msg(got[i] == want[i], "token %d: %d, want %d", i, got[i],
+                      want[i]);
+    loom_drafter_stream_free(&p.ref, p.d, s);
+    tm_cache_free(p.e, c);
+    close_pair(&p);
+    free(taps);
+    free(g.logits);
+}
+END_TEST
+
 /* A copy of the drafter fixture with config.json's root merged with `edit`
  * (JSON null deletes a key) and, in model.safetensors' header, the first
  * occurrence of `from` replaced by `to` (same length) when from is given. */
@@ -262,7 +358,8 @@ static const char *drafter_copy(const char *edit, const char *from,
 }
 
 /* block_size and the ids inside or outside dflash_config, rope_theta at the
- * root instead of rope_parameters: the same drafter. */
+ * root instead of rope_parameters, sliding layers whose window and flags
+ * leave every key in sight: the same drafter. */
 START_TEST(config_variants_read_alike)
 {
     check_first_block(drafter_copy(
@@ -274,6 +371,11 @@ START_TEST(config_variants_read_alike)
                      "\"target_layer_ids\": [0, 2], \"rope_parameters\": "
                      "null, \"rope_theta\": 10000000.0}",
                      NULL, NULL));
+    /* sliding layers told to be non-causal, with a window past the block */
+    check_first_block(drafter_copy(
+        "{\"layer_types\": [\"sliding_attention\", \"sliding_attention\"], "
+        "\"sliding_window\": 4096, \"is_causal\": false}",
+        NULL, NULL));
 }
 END_TEST
 
@@ -451,6 +553,7 @@ static Suite *dflash_suite(void)
     TCase *tc = tcase_create("cpu");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, the_first_block_matches_the_reference);
+    tcase_add_test(tc, a_speculative_run_matches_the_reference);
     tcase_add_test(tc, config_variants_read_alike);
     tcase_add_test(tc, default_taps_come_from_the_target);
     tcase_add_test(tc, a_drafter_that_does_not_fit_is_refused);
