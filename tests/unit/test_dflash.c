@@ -2,6 +2,7 @@
  * first block's logits against the reference drafter's (fixtures/drafters/
  * dflash-tiny), the config variants it reads alike, what it refuses (a
  * target it does not fit, malformed weights), and the proposals it writes. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,8 @@ typedef struct pair {
     loom_engine *e;
     loom_checkpoint *ckpt;
     loom_drafter_ref ref;
+    const loom_host *host; /* the drafter plugin's */
+    const loom_target_i *ext_of_target;
     loom_drafter *d;
 } pair;
 
@@ -80,9 +83,10 @@ static loom_status open_pair(const char *dir, pair *p, loom_err *err)
     ck_assert_msg(rc == LOOM_OK, "%s", err->msg);
     ck_assert_str_eq(pl->plugin->name, "dflash");
     ck_assert_int_eq(loom_drafter_bind(pl->plugin, &p->ref, err), LOOM_OK);
-    loom_target t = {
-        sizeof t, &p->e->info, p->e->model,
-        loom_family_extension(&p->e->family, p->e->model, LOOM_TARGET_ID)};
+    p->host = pl->host;
+    p->ext_of_target =
+        loom_family_extension(&p->e->family, p->e->model, LOOM_TARGET_ID);
+    loom_target t = {sizeof t, &p->e->info, p->e->model, p->ext_of_target};
     return loom_drafter_open(&p->ref, pl->host, p->ckpt, &t, &p->d, err);
 }
 
@@ -436,6 +440,20 @@ START_TEST(a_drafter_that_does_not_fit_is_refused)
                    (const char *[]){dir, "target_layer_ids[1] is 4",
                                     "target model has 4 layers"},
                    3);
+    /* a target whose loom.target/1 predates lm_head */
+    pair p;
+    open_pair_ok(fixture(DRAFTER), &p);
+    loom_target_i old = *p.ext_of_target;
+    old.struct_size = (uint32_t)offsetof(loom_target_i, lm_head);
+    loom_target t = {sizeof t, &p.e->info, p.e->model, &old};
+    loom_drafter *d = NULL;
+    loom_err err = {{0}};
+    ck_assert_int_eq(loom_drafter_open(&p.ref, p.host, p.ckpt, &t, &d, &err),
+                     LOOM_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(d);
+    ck_assert_ptr_nonnull(strstr(err.msg, "lm_head"));
+    close_pair(&p);
+
     dir = drafter_copy("{\"hidden_size\": 32}", NULL, NULL);
     expect_refused(dir, LOOM_ERR_INVALID,
                    (const char *[]){dir, "hidden_size is 32",
