@@ -495,6 +495,87 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+static int32_t golden_ints(json_t *g, const char *key, int32_t *out, int cap)
+{
+    json_t *a = json_object_get(g, key);
+    ck_assert_msg(json_is_array(a), "golden.json: no %s", key);
+    int32_t n = (int32_t)json_array_size(a);
+    ck_assert_int_le(n, cap);
+    for (int32_t i = 0; i < n; i++)
+        out[i] = (int32_t)json_integer_value(json_array_get(a, i));
+    return n;
+}
+
+/* DFlash on qwen35-tiny, windows of a whole block: the tokens equal the
+ * reference's speculative and plain greedy tokens, and each window keeps
+ * as many tokens as the reference's round did. */
+START_TEST(test_dflash_tiny)
+{
+    const char *model = fixture("models/qwen35-tiny");
+    const char *drafter = fixture("drafters/dflash-tiny");
+    json_t *g =
+        json_load_file(fixture("drafters/dflash-tiny/golden.json"), 0, NULL);
+    ck_assert_ptr_nonnull(g);
+    req r;
+    memset(&r, 0, sizeof r);
+    r.n_prompt = golden_ints(g, "prompt_ids", r.prompt, 64);
+    int32_t spec[MAXTOK], plain_ref[MAXTOK], acc[MAXTOK];
+    int32_t n_spec = golden_ints(g, "speculative_greedy", spec, MAXTOK);
+    int32_t n_plain = golden_ints(g, "plain_greedy", plain_ref, MAXTOK);
+    int32_t n_acc = golden_ints(g, "acceptance_lengths", acc, MAXTOK);
+    json_decref(g);
+    loom_sample_params_default(&r.sp);
+    r.sp.temperature = 0.0f;
+    /* past the reference's end, so its last round is a whole window too */
+    r.max_tokens = n_spec + 8;
+    r.ignore_eos = 1;
+
+    out plain;
+    plain_outputs(model, &r, 1, &plain);
+    ck_assert_int_ge(plain.n, n_plain);
+    for (int32_t i = 0; i < n_plain; i++)
+        ck_assert_int_eq(plain.tokens[i], plain_ref[i]);
+
+    loom_engine *e = open_eng(model, drafter);
+    ck_assert_int_eq(e->needs.block_size, 4);
+    loom_lane *lane = new_lane(e, e->needs.block_size - 1);
+    out got;
+    add(lane, &r, &got);
+    /* one stream: a round holds at most one window, read off the stats */
+    int32_t lens[MAXTOK], n_lens = 0;
+    uint64_t windows = 0, accepted = 0;
+    for (int guard = 0; loom_lane_pending(lane) > 0; guard++) {
+        ck_assert_int_lt(guard, 1000);
+        loom_err err;
+        ck_assert_msg(loom_lane_step(lane, NULL, &err) == LOOM_OK, "%s",
+                      err.msg);
+        loom_lane_stats st;
+        loom_lane_get_stats(lane, &st);
+        if (st.spec_windows > windows) {
+            ck_assert_uint_eq(st.spec_windows, windows + 1);
+            lens[n_lens++] = (int32_t)(st.spec_accepted - accepted) + 1;
+        }
+        windows = st.spec_windows;
+        accepted = st.spec_accepted;
+    }
+    loom_lane_free(lane);
+    loom_engine_close(e);
+    ck_assert_int_eq(got.n_final, 1);
+    ck_assert_int_ge(got.n, n_spec);
+    for (int32_t i = 0; i < n_spec; i++)
+        ck_assert_msg(got.tokens[i] == spec[i], "token %d is %d, reference %d",
+                      i, got.tokens[i], spec[i]);
+    /* and the rest is still plain greedy */
+    ck_assert_int_eq(got.n, plain.n);
+    for (int32_t i = 0; i < got.n; i++)
+        ck_assert_int_eq(got.tokens[i], plain.tokens[i]);
+    ck_assert_int_ge(n_lens, n_acc);
+    for (int32_t i = 0; i < n_acc; i++)
+        ck_assert_msg(lens[i] == acc[i], "round %d kept %d, reference %d", i,
+                      lens[i], acc[i]);
+}
+END_TEST
+
 Suite *spec_suite(void)
 {
     Suite *s = suite_create("spec");
@@ -506,6 +587,7 @@ Suite *spec_suite(void)
     tcase_add_test(tc, test_stops);
     tcase_add_test(tc, test_eos);
     tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_dflash_tiny);
     suite_add_tcase(s, tc);
     return s;
 }
