@@ -60,6 +60,7 @@ typedef struct stream {
      * decodes plainly */
     loom_draft_stream *ds;
     float accept_avg;               /* recent accepted drafts per window */
+    int32_t rest;                   /* plain rounds before the next window */
     int32_t n_draft;                /* this round's drafts (0: a plain row) */
     int32_t draft[LOOM_MAX_WINDOW]; /* draft[0..n_draft) */
     int32_t pos0;                   /* this round's first row position */

@@ -13,6 +13,10 @@
 
 /* Weight of the newest window in a stream's acceptance average. */
 #define ACCEPT_RATE 0.5f
+/* Below this many accepted drafts a window on average, the planner rests a
+ * stream for REST_ROUNDS plain rows between one-draft probes. */
+#define REST_BELOW  0.3f
+#define REST_ROUNDS 4
 /* Logits rows a round may give windows beyond one row per stream (the
  * buffer is vocab floats a row). */
 #define MAX_EXTRA_ROWS 128
@@ -100,11 +104,16 @@ void loom__spec_stream_free(loom_lane *lane, stream *s)
 }
 
 /* Drafts a window of this stream should carry: a little past its recent
- * acceptance (a window that mostly fails costs rows for nothing), and never
- * more than could be emitted before max_tokens or the context end it. */
-static int32_t plan(const loom_lane *lane, const stream *s)
+ * acceptance, none while it rests (a window that mostly fails costs rows
+ * for nothing), and never more than could be emitted before max_tokens or
+ * the context end it. */
+static int32_t plan(const loom_lane *lane, stream *s)
 {
     const spec_state *sp = &lane->spec;
+    if (sp->fixed == 0 && s->rest > 0) {
+        s->rest--;
+        return 0;
+    }
     int32_t want =
         sp->fixed > 0 ? sp->fixed : (int32_t)ceilf(1.5f * s->accept_avg) + 1;
     if (want > sp->max_draft)
@@ -261,6 +270,8 @@ void loom__spec_keep(loom_lane *lane)
             loom__stats_window(lane, s->n_draft, kept - 1);
             s->accept_avg = (1.0f - ACCEPT_RATE) * s->accept_avg +
                             ACCEPT_RATE * (float)(kept - 1);
+            if (s->accept_avg < REST_BELOW)
+                s->rest = REST_ROUNDS;
         }
         if (!s->ds)
             continue;
