@@ -6,6 +6,7 @@
 
 #include <loom/checkpoint.h>
 #include <loom/cuda_runtime.h>
+#include <loom/drafter.h>
 #include <loom/family.h>
 #include <loom/host.h>
 #include <loom/pool.h>
@@ -22,6 +23,8 @@ typedef struct loom_engine_params {
     int32_t max_rows;    /* 0: 512 */
     /* --gpu-memory: 0 default (90%), (0, 1] a fraction, > 1 bytes */
     double gpu_memory;
+    const char *drafter;        /* a drafter checkpoint directory, or NULL */
+    const char *drafter_plugin; /* force a drafter plugin by name, or NULL */
 } loom_engine_params;
 
 typedef struct loom_engine {
@@ -36,6 +39,15 @@ typedef struct loom_engine {
     loom_model_info info;
     loom_cuda_runtime *cuda; /* NULL: the CPU path, device_why says why */
     char device_why[512];
+
+    /* The drafter opened for the model (params.drafter), else all NULL:
+     * opened with the family's loom.target/1, closed before the model. */
+    loom_checkpoint *drafter_ckpt;
+    const loom_plugin_ref *drafter_plugin;
+    loom_drafter_ref drafter_ref; /* the drafter's dispatcher */
+    loom_drafter *drafter;
+    loom_drafter_needs needs; /* taps, block size, mask token */
+    loom_target target;       /* what the drafter was opened with */
 } loom_engine;
 
 loom_status loom_engine_open(const loom_engine_params *params,

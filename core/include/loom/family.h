@@ -50,4 +50,10 @@ loom_status loom_family_commit(const loom_family *f, loom_model *model,
 const void *loom_family_extension(const loom_family *f, const loom_model *model,
                                   const char *id);
 
+/* The model's loom.target/1 set_taps: LOOM_ERR_UNSUPPORTED when the model
+ * has no such extension or its extension lacks set_taps. */
+loom_status loom_family_set_taps(const loom_family *f, loom_model *model,
+                                 const int32_t *layers, int32_t n,
+                                 loom_err *err);
+
 #endif

@@ -152,3 +152,18 @@ const void *loom_family_extension(const loom_family *f, const loom_model *model,
         return NULL;
     return f->vt->get_extension(model, id);
 }
+
+loom_status loom_family_set_taps(const loom_family *f, loom_model *model,
+                                 const int32_t *layers, int32_t n,
+                                 loom_err *err)
+{
+    const loom_target_i *t =
+        (const loom_target_i *)loom_family_extension(f, model, LOOM_TARGET_ID);
+    if (!t || !LOOM_HAS_FIELD(t->struct_size, loom_target_i, set_taps) ||
+        !t->set_taps)
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "%s: the model has no %s set_taps", f->name,
+                            LOOM_TARGET_ID);
+    current(f);
+    return named(f, t->set_taps(model, layers, n, err), err);
+}
