@@ -27,6 +27,12 @@ typedef struct loom_server_params {
     int32_t idle_timeout_s;
     /* 1: no chat page at / (see webui.c); the API is unchanged. */
     int no_webui;
+    /* 1: generation_config.json's sampling defaults and max_new_tokens are
+     * not applied to requests that leave them unset. */
+    int no_generation_config;
+    /* 1: chat replies keep <think>...</think> in content rather than
+     * returning it as reasoning_content. */
+    int no_reasoning_split;
 } loom_server_params;
 
 /* Binds and starts answering: until loom_server_load succeeds /health is 503
