@@ -222,7 +222,7 @@ static int process(srv_reply *r, int final)
                 r->skip_nl = 1;
                 continue;
             }
-            if (!final && memcmp(s + k, THINK_OPEN, n - k) == 0)
+            if (!final && n - k < tl && memcmp(s + k, THINK_OPEN, n - k) == 0)
                 return 0; /* maybe the start of <think> */
         }
         if (!r->parse_tools) {
