@@ -133,7 +133,9 @@ await check('completions: 16 tokens by default, max_tokens over the context is a
       e.message.includes(String(ctx)) && e.message.includes(`${c.usage.prompt_tokens} tokens`));
 });
 
-await check('n, prompt arrays, echo', async () => {
+const c0Tokens = (lp) => lp.token_logprobs.length;
+
+await check('n, prompt arrays, echo (with the prompt\'s logprobs)', async () => {
   const n = await client.completions.create({ ...greedy, prompt, n: 3, max_tokens: 4, ignore_eos: true });
   assert.deepEqual(n.choices.map((c) => c.index), [0, 1, 2]);
   assert.equal(n.usage.completion_tokens, 12);
@@ -144,6 +146,12 @@ await check('n, prompt arrays, echo', async () => {
   const echo = await client.completions.create({ ...greedy, prompt, max_tokens: 4, echo: true });
   const plain = await client.completions.create({ ...greedy, prompt, max_tokens: 4 });
   assert.equal(echo.choices[0].text, prompt + plain.choices[0].text);
+  const elp = await client.completions.create({ ...greedy, prompt, max_tokens: 2, echo: true, logprobs: 2 });
+  const plp = elp.choices[0].logprobs;
+  assert.equal(plp.token_logprobs[0], null);
+  assert.equal(plp.tokens.length, c0Tokens(plp) + 0);
+  assert.ok(plp.token_logprobs.slice(1).every((x) => typeof x === 'number' && x <= 0));
+  assert.equal(plp.tokens.join(''), elp.choices[0].text);
   const chat = await client.chat.completions.create({ ...greedy, messages, n: 2, max_tokens: 3 });
   assert.equal(chat.choices.length, 2);
   assert.equal(chat.choices[0].message.content, chat.choices[1].message.content);

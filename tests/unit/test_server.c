@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv, mkdir, strdup: test-only OS use */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -683,7 +684,8 @@ START_TEST(test_errors)
         {"/v1/completions", "{\"prompt\":\"a\",\"n\":65}", "n"},
         {"/v1/completions", "{\"prompt\":\"a\",\"suffix\":\"b\"}", "suffix"},
         {"/v1/completions", "{\"prompt\":\"a\",\"best_of\":2}", "best_of"},
-        {"/v1/completions", "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1}",
+        {"/v1/completions",
+         "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1,\"stream\":true}",
          "echo"},
         {"/v1/completions", "{\"prompt\":[\"a\",5]}", "prompt[1]"},
         {"/v1/chat/completions",
@@ -1899,6 +1901,67 @@ START_TEST(test_chat_api_fields)
 }
 END_TEST
 
+/* echo with logprobs: every prompt token after the first gets its logprob
+ * under the model, against transformers' logits at the prompt's rows
+ * (golden.json, logits.f32); the first gets null. */
+START_TEST(test_echo_prompt_logprobs)
+{
+    /* _i = 1: one stream at a time, so no logits rows are spare and the
+     * prompt goes one row per round */
+    loom_server_params p;
+    memset(&p, 0, sizeof p);
+    p.parallel = _i;
+    loom_server *srv = start(&p, 1);
+    int port = loom_server_port(srv);
+    json_error_t je;
+    json_t *golden =
+        json_load_file(fixture("models/qwen35-tiny/golden.json"), 0, &je);
+    ck_assert_ptr_nonnull(golden);
+    json_t *ids = json_object_get(golden, "prompt_ids");
+    size_t n = json_array_size(ids), nf = 0;
+    float *logits = read_f32(fixture("models/qwen35-tiny/logits.f32"), &nf);
+    ck_assert_uint_eq(nf, n * 512);
+    json_t *req =
+        json_pack("{s:O, s:b, s:i, s:i, s:f}", "prompt", ids, "echo", 1,
+                  "logprobs", 5, "max_tokens", 1, "temperature", 0.0);
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_t *j = post_ok(port, "/v1/completions", body);
+    json_t *lp = at_path(j, "choices.0.logprobs");
+    json_t *tl = json_object_get(lp, "token_logprobs");
+    json_t *tops = json_object_get(lp, "top_logprobs");
+    ck_assert_uint_eq(json_array_size(tl), n + 1);
+    ck_assert(json_is_null(json_array_get(tl, 0)));
+    ck_assert(json_is_null(json_array_get(tops, 0)));
+    for (size_t i = 1; i <= n; i++) {
+        /* row i-1 predicts token i (the generated one for i = n) */
+        const float *row = logits + (i - 1) * 512;
+        double mx = row[0], z = 0;
+        for (int t = 1; t < 512; t++)
+            if (row[t] > mx)
+                mx = row[t];
+        for (int t = 0; t < 512; t++)
+            z += exp(row[t] - mx);
+        int32_t tok =
+            i < n ? (int32_t)json_integer_value(json_array_get(ids, i))
+                  : (int32_t)json_integer_value(
+                        json_array_get(json_object_get(golden, "greedy"), 0));
+        double want = row[tok] - mx - log(z);
+        double got = json_number_value(json_array_get(tl, i));
+        ck_assert_msg(fabs(got - want) < 2e-3, "token %zu: %f, HF %f", i, got,
+                      want);
+        ck_assert_uint_eq(json_object_size(json_array_get(tops, i)), 5);
+    }
+    /* the text: the prompt decoded, then the completion */
+    ck_assert_uint_eq(json_array_size(json_object_get(lp, "tokens")), n + 1);
+    json_decref(j);
+    free(body);
+    json_decref(req);
+    free(logits);
+    json_decref(golden);
+    loom_server_free(srv);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("server");
@@ -1912,6 +1975,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_chat);
     tcase_add_test(tc, test_chat_api_fields);
+    tcase_add_loop_test(tc, test_echo_prompt_logprobs, 0, 2);
     tcase_add_test(tc, test_queue_full_429);
     tcase_add_test(tc, test_concurrent_greedy_same_as_alone);
     tcase_add_test(tc, test_disconnect_cancels_stream);

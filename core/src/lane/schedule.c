@@ -197,6 +197,9 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
         lane->row_stream[nr++] = s;
         n_logit_rows++;
     }
+    /* logits rows beyond one per active stream (the buffer's size), for
+     * streams that asked for their prompt's logprobs */
+    int32_t spare = lane->max_streams - lane->n_act;
     for (int32_t i = 0; i < lane->n_act && nr < lane->round_tokens; i++) {
         stream *s = lane->act[i];
         if (s->state != ST_PREFILL)
@@ -206,9 +209,15 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
             chunk = lane->prefill_chunk;
         if (chunk > lane->round_tokens - nr)
             chunk = lane->round_tokens - nr;
+        if (s->prompt_lp) {
+            if (chunk > spare + 1)
+                chunk = spare + 1;
+            spare -= chunk - 1;
+        }
         for (int32_t j = 0; j < chunk; j++) {
             int32_t at = s->n_fed + j;
-            uint32_t fl = at == s->n_prompt - 1 ? LOOM_ROW_LOGITS : 0;
+            uint32_t fl =
+                at == s->n_prompt - 1 || s->prompt_lp ? LOOM_ROW_LOGITS : 0;
             lane->rows[nr] = (loom_row){s->cache, s->prompt[at], at, -1, fl};
             lane->row_stream[nr++] = s;
             if (fl)
@@ -257,6 +266,12 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
             continue;
         const float *lg = lane->logits + (size_t)k * (size_t)lane->vocab;
         k++;
+        if (s->state == ST_PREFILL && row->position < s->n_prompt - 1) {
+            /* a prompt row's logits: the next prompt token's logprobs */
+            if (!s->cancel_local)
+                loom__out_prompt_logprob(lane, s, row->position + 1, lg, t1);
+            continue;
+        }
         if (s->state == ST_PREFILL)
             s->state = ST_DECODE;
         lane->jobs[nj++] = (draw_job){s, lg, row->position + 1, {0}};

@@ -81,6 +81,10 @@ typedef struct srv_choice {
     int32_t n_prompt, n_gen;
     uint64_t seed;
 
+    /* echo with logprobs: the prompt's tokens, the first without one */
+    srv_token_lp *plp;
+    int32_t n_plp, cap_plp;
+
     /* the response's side */
     srv_reply reply; /* chat: reasoning, content, tool calls */
     char *echo;      /* completions with echo: the prompt's text */
@@ -154,6 +158,7 @@ static void job_free(srv_job *j)
         srv_choice *c = &j->ch[i];
         srv_buf_free(&c->text);
         free(c->lp);
+        free(c->plp);
         free(c->echo);
         srv_reply_free(&c->reply);
     }
@@ -222,6 +227,32 @@ static int job_event(void *user, const loom_lane_event *ev)
     srv_choice *c = user;
     srv_job *j = c->job;
     loom_mutex_lock(j->mu);
+    if (ev->prompt_index > 0) {
+        /* a prompt token's logprobs (echo), after the first's entry */
+        if (c->n_plp == c->cap_plp) {
+            int32_t cap = c->cap_plp ? c->cap_plp * 2 : 16;
+            srv_token_lp *lp = realloc(c->plp, (size_t)cap * sizeof *lp);
+            if (lp) {
+                c->plp = lp;
+                c->cap_plp = cap;
+            }
+        }
+        if (c->n_plp < c->cap_plp && c->n_plp == ev->prompt_index) {
+            srv_token_lp *t = &c->plp[c->n_plp++];
+            memset(t, 0, sizeof *t);
+            t->token = ev->token;
+            t->logprob = ev->logprob;
+            t->n_top = ev->n_top < 0 ? 0
+                       : ev->n_top > LOOM_MAX_TOP_LOGPROBS
+                           ? LOOM_MAX_TOP_LOGPROBS
+                           : ev->n_top;
+            if (t->n_top)
+                memcpy(t->top, ev->top, (size_t)t->n_top * sizeof *t->top);
+        }
+        int cancel = j->cancel;
+        loom_mutex_unlock(j->mu);
+        return cancel;
+    }
     if (ev->text && ev->text_len)
         srv_buf_add(&c->text, ev->text, ev->text_len);
     if (ev->token >= 0 && j->rq.logprobs) {
@@ -235,6 +266,7 @@ static int job_event(void *user, const loom_lane_event *ev)
         }
         if (c->n_lp < c->cap_lp) {
             srv_token_lp *t = &c->lp[c->n_lp++];
+            t->none = 0;
             t->token = ev->token;
             t->logprob = ev->logprob;
             t->n_top = ev->n_top < 0 ? 0
@@ -842,6 +874,21 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
         sp.stop = rq->n_stop ? rq->stop : NULL;
         sp.n_stop = rq->n_stop;
         sp.ignore_eos = rq->ignore_eos;
+        if (rq->echo && rq->logprobs) {
+            /* the prompt's first token has no logprob: a null entry */
+            c->plp = calloc(16, sizeof *c->plp);
+            if (!c->plp) {
+                failed = 1;
+                res =
+                    fail(cn, 500, "server_error", NULL, NULL, "out of memory");
+                break;
+            }
+            c->cap_plp = 16;
+            c->n_plp = 1;
+            c->plp[0].none = 1;
+            c->plp[0].token = sp.prompt[0];
+            sp.prompt_logprobs = 1;
+        }
         sp.cb = job_event;
         sp.user = c;
         /* the stream's reference, taken before its first event can drop it */
@@ -945,6 +992,20 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
             }
             r->lp = c->lp;
             r->n_lp = c->n_lp;
+            if (c->plp) {
+                /* echo: the prompt's entries, then the completion's */
+                srv_token_lp *all =
+                    realloc(c->plp, (size_t)(c->n_plp + c->n_lp) * sizeof *all);
+                if (all) {
+                    if (c->n_lp)
+                        memcpy(all + c->n_plp, c->lp,
+                               (size_t)c->n_lp * sizeof *all);
+                    c->plp = all;
+                    c->cap_plp = c->n_plp + c->n_lp;
+                    r->lp = all;
+                    r->n_lp = c->n_plp + c->n_lp;
+                }
+            }
             r->finish = choice_finish(c, c->finish);
         }
         body = srv_response_json(rs, n_ch, rq->logprobs, piece_of, srv->lane,

@@ -656,11 +656,7 @@ int srv_request_parse(srv_kind kind, const char *body, size_t len,
     }
     if (rq->logprobs)
         sp->n_logprobs = rq->top_logprobs;
-    if (rq->echo && rq->logprobs)
-        return BADVAL("echo",
-                      "'echo' with 'logprobs' is not supported yet: the "
-                      "prompt's logprobs need logits at the prompt's rows, "
-                      "which loom's lane does not keep");
+
     /* the sampler's own rules (the bounds above are the API's); bias ids
      * meet the vocabulary at loom_lane_add */
     const char *bad_field;
@@ -671,6 +667,9 @@ int srv_request_parse(srv_kind kind, const char *body, size_t len,
     if (get_bool(root, "stream", &rq->stream, e) ||
         get_bool(root, "ignore_eos", &rq->ignore_eos, e))
         return -1;
+    if (rq->echo && rq->logprobs && rq->stream)
+        return BADVAL("echo", "'echo' with 'logprobs' is answered whole, "
+                              "not streamed: send it without 'stream'");
     json_t *so = field(root, "stream_options");
     if (so) {
         if (!json_is_object(so))
@@ -819,6 +818,11 @@ static json_t *completion_logprobs(const srv_result *r, srv_piece_fn piece,
         json_array_append_new(tokens, piece_json(piece, ctx, t->token, &s, &n));
         json_array_append_new(offs, json_integer((json_int_t)off));
         off += n;
+        if (t->none) {
+            json_array_append_new(lps, json_null());
+            json_array_append_new(tops, json_null());
+            continue;
+        }
         json_array_append_new(lps, json_real(t->logprob));
         json_t *top = json_object();
         for (int32_t k = 0; k < t->n_top; k++) {

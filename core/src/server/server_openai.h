@@ -116,6 +116,7 @@ void srv_request_free(srv_request *rq);
 
 /* One token's logprob entry as the response reports it. */
 typedef struct srv_token_lp {
+    int32_t none; /* no logprob (an echoed prompt's first token): null */
     int32_t token;
     float logprob;
     int32_t n_top;
