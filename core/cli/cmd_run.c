@@ -151,8 +151,11 @@ static int encode_prompt(const char *dir, const loom_tokenizer *tok,
                          const char *text, int chat, int32_t **ids, int32_t *n)
 {
     loom_err err = {{0}};
-    char *rendered = NULL;
+    size_t nn = 0;
+    loom_status rc;
     if (chat) {
+        /* the server's prompt path: the template with the real message,
+         * tokenized as transformers does */
         loom_chat_template *t = NULL;
         if (loom_chat_template_load(dir, &t, &err) != LOOM_OK) {
             fprintf(stderr, "loom run: --chat: %s\n", err.msg);
@@ -160,8 +163,8 @@ static int encode_prompt(const char *dir, const loom_tokenizer *tok,
         }
         json_t *msgs =
             json_pack("[{s:s, s:s}]", "role", "user", "content", text);
-        loom_status rc =
-            msgs ? loom_chat_template_render(t, msgs, 1, NULL, &rendered, &err)
+        rc = msgs
+                 ? loom_chat_prompt(t, tok, msgs, 1, NULL, NULL, ids, &nn, &err)
                  : loom_err_set(&err, LOOM_ERR_NOMEM, "out of memory");
         json_decref(msgs);
         loom_chat_template_free(t);
@@ -169,16 +172,12 @@ static int encode_prompt(const char *dir, const loom_tokenizer *tok,
             fprintf(stderr, "loom run: --chat: %s\n", err.msg);
             return 1;
         }
-        text = rendered;
-    }
-    size_t nn = 0;
-    /* the template writes special tokens as text: they must be recognized */
-    loom_status rc =
-        loom_tokenizer_encode(tok, text, strlen(text), chat, ids, &nn, &err);
-    free(rendered);
-    if (rc != LOOM_OK) {
-        fprintf(stderr, "loom run: %s\n", err.msg);
-        return 1;
+    } else {
+        rc = loom_tokenizer_encode(tok, text, strlen(text), 0, ids, &nn, &err);
+        if (rc != LOOM_OK) {
+            fprintf(stderr, "loom run: %s\n", err.msg);
+            return 1;
+        }
     }
     *n = (int32_t)nn;
     return 0;

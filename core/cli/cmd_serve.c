@@ -43,8 +43,14 @@ static void help(FILE *out)
             "  --max-body N        request body limit in bytes (default "
             "8388608)\n"
             "  --name NAME         model name in /v1/models (default: the "
-            "directory's)\n"
-            "  --no-webui          no chat page at / (the API stays)\n",
+            "hub id, or the directory's name)\n"
+            "  --no-webui          no chat page at / (the API stays)\n"
+            "  --no-generation-config  do not apply generation_config.json's "
+            "sampling\n"
+            "                      defaults and max_new_tokens to requests\n"
+            "  --no-reasoning-split  leave <think>...</think> in content "
+            "(no\n"
+            "                      reasoning_content)\n",
             SERVE_DRAIN_MS / 1000);
     loom_cli_model_opts_help(out);
 }
@@ -108,6 +114,12 @@ int loom_cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--no-webui")) {
             sp.no_webui = 1;
             continue; /* a flag, no value */
+        } else if (!strcmp(a, "--no-generation-config")) {
+            sp.no_generation_config = 1;
+            continue;
+        } else if (!strcmp(a, "--no-reasoning-split")) {
+            sp.no_reasoning_split = 1;
+            continue;
         } else {
             int r = loom_cli_model_opt(&o, argc, argv, &i);
             if (r < 0)

@@ -73,6 +73,31 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer sk-loom-
 echo "SIGHUP reloaded the keys"
 stop_server
 
+# The chat API (issue 16): the tiny model as a hub id, with sampling
+# defaults and a template that shows what reaches it.
+snap=$tmp/hub/models--loom--tiny/snapshots/abc123
+mkdir -p "$snap" "$tmp/hub/models--loom--tiny/refs"
+printf abc123 >"$tmp/hub/models--loom--tiny/refs/main"
+cp "$model/config.json" "$model/model.safetensors" "$model/tokenizer.json" "$snap/"
+printf '{"bos_token_id": 0, "eos_token_id": 1, "temperature": 0.0, "max_new_tokens": 5}' \
+  >"$snap/generation_config.json"
+python3 - "$snap/tokenizer_config.json" <<'PY'
+import json, sys
+t = ("{%- if tools %}{{- 'T:' }}{%- for t in tools %}{{- t.function.name + ' ' }}{%- endfor %}{%- endif %}"
+     "{%- if flavor is defined %}{{- 'F:' + flavor }}{%- endif %}"
+     "{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + (m.content or '') }}"
+     "{%- if m.tool_calls %}{%- for c in m.tool_calls %}{{- c.function.name + (c.function.arguments | tojson) }}{%- endfor %}{%- endif %}"
+     "{{- '<|im_end|>\\n' }}{%- endfor %}"
+     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}")
+json.dump({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "chat_template": t}, open(sys.argv[1], "w"))
+PY
+model_saved=$model
+model=loom/tiny
+HF_HUB_CACHE=$tmp/hub start_server --ctx 256
+node "$clients/openai_chat_api.mjs" "$url/v1" 256
+stop_server
+model=$model_saved
+
 lines=$(wc -l <"$tmp/requests.jsonl")
 python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$tmp/requests.jsonl"
 echo "request log: $lines whole JSON lines"

@@ -118,6 +118,51 @@ await check('chat.completions with logprobs', async () => {
   }
 });
 
+await check('models report max_model_len', async () => {
+  assert.equal(typeof models.data[0].max_model_len, 'number');
+  assert.ok(models.data[0].max_model_len > 0);
+});
+
+await check('completions: 16 tokens by default, max_tokens over the context is a 400', async () => {
+  const c = await client.completions.create({ model, prompt, ignore_eos: true });
+  assert.equal(c.usage.completion_tokens, 16);
+  const ctx = models.data[0].max_model_len;
+  await assert.rejects(
+    client.completions.create({ model, prompt, max_tokens: ctx }),
+    (e) => e instanceof OpenAI.BadRequestError && e.error?.param === 'max_tokens' &&
+      e.message.includes(String(ctx)) && e.message.includes(`${c.usage.prompt_tokens} tokens`));
+});
+
+const c0Tokens = (lp) => lp.token_logprobs.length;
+
+await check('n, prompt arrays, echo (with the prompt\'s logprobs)', async () => {
+  const n = await client.completions.create({ ...greedy, prompt, n: 3, max_tokens: 4, ignore_eos: true });
+  assert.deepEqual(n.choices.map((c) => c.index), [0, 1, 2]);
+  assert.equal(n.usage.completion_tokens, 12);
+  const batch = await client.completions.create({ ...greedy, prompt: [prompt, 'And God said'], max_tokens: 4 });
+  assert.equal(batch.choices.length, 2);
+  const one = await client.completions.create({ ...greedy, prompt: 'And God said', max_tokens: 4 });
+  assert.equal(batch.choices[1].text, one.choices[0].text);
+  const echo = await client.completions.create({ ...greedy, prompt, max_tokens: 4, echo: true });
+  const plain = await client.completions.create({ ...greedy, prompt, max_tokens: 4 });
+  assert.equal(echo.choices[0].text, prompt + plain.choices[0].text);
+  const elp = await client.completions.create({ ...greedy, prompt, max_tokens: 2, echo: true, logprobs: 2 });
+  const plp = elp.choices[0].logprobs;
+  assert.equal(plp.token_logprobs[0], null);
+  assert.equal(plp.tokens.length, c0Tokens(plp) + 0);
+  assert.ok(plp.token_logprobs.slice(1).every((x) => typeof x === 'number' && x <= 0));
+  assert.equal(plp.tokens.join(''), elp.choices[0].text);
+  const chat = await client.chat.completions.create({ ...greedy, messages, n: 2, max_tokens: 3 });
+  assert.equal(chat.choices.length, 2);
+  assert.equal(chat.choices[0].message.content, chat.choices[1].message.content);
+});
+
+await check('completions top_logprobs: every asked entry comes back', async () => {
+  const c = await client.completions.create({ model, prompt, max_tokens: 12, logprobs: 5, temperature: 1, seed: 3 });
+  for (const top of c.choices[0].logprobs.top_logprobs)
+    assert.equal(Object.keys(top).length, 5);
+});
+
 await check('a bad request is a BadRequestError (400)', async () => {
   await assert.rejects(
     client.completions.create({ model, prompt, max_tokens: 'ten' }),

@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include <loom/chat_template.h>
+#include <loom/tokenizer.h>
 
 #include "testutil.h"
 
@@ -57,6 +58,112 @@ START_TEST(hf_renderings)
     }
     ck_assert_uint_ge(checked, 6);
     loom_chat_template_free(t);
+    json_decref(refs);
+}
+END_TEST
+
+/* The prompt path the server and `loom run --chat` share, against
+ * apply_chat_template(tokenize=False) and the ids transformers gives for
+ * it (tokenizer_refs/chat_prompt_refs.json, made by
+ * tools/make_chat_refs.py): agent conversations with tools, tool calls,
+ * tool results, reasoning, multi-turn thinking and template arguments. */
+static const char *const PROMPT_REFS[] = {"qwen3", "nemotron_tools"};
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+START_TEST(hf_prompt_ids)
+{
+    json_error_t je;
+    json_t *refs =
+        json_load_file(fixture("tokenizer_refs/chat_prompt_refs.json"), 0, &je);
+    ck_assert_msg(refs != NULL, "chat_prompt_refs.json: %s", je.text);
+    const char *name = PROMPT_REFS[_i];
+    json_t *r = json_object_get(json_object_get(refs, "templates"), name);
+    ck_assert_ptr_nonnull(r);
+    const char *tokdir = json_string_value(json_object_get(r, "tokenizer"));
+    const char *file = json_string_value(json_object_get(r, "template_file"));
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s/%s",
+             strcmp(tokdir, "qwen3") == 0 ? "tokenizers" : "models", tokdir);
+    loom_err err;
+    loom_tokenizer *tok = NULL;
+    ck_assert_msg(loom_tokenizer_open(fixture(rel), &tok, &err) == LOOM_OK,
+                  "%s", err.msg);
+    loom_chat_template *t = NULL;
+    json_t *base = json_object();
+    if (file) {
+        char *src = slurp(fixture(file));
+        ck_assert_msg(loom_chat_template_parse(src, &t, &err) == LOOM_OK, "%s",
+                      err.msg);
+        free(src);
+        /* what HF passes from the tokenizer's config */
+        json_object_set_new(base, "bos_token", json_string("<s>"));
+        json_object_set_new(base, "eos_token", json_string("</s>"));
+    } else {
+        ck_assert_msg(loom_chat_template_load(fixture(rel), &t, &err) ==
+                          LOOM_OK,
+                      "%s", err.msg);
+    }
+    size_t i, checked = 0, refused = 0;
+    json_t *c;
+    json_array_foreach(json_object_get(r, "renderings"), i, c)
+    {
+        const char *cname = json_string_value(json_object_get(c, "name"));
+        json_t *extra = json_deep_copy(base);
+        json_object_update(extra, json_object_get(c, "extra"));
+        if (json_object_get(c, "tools"))
+            json_object_set(extra, "tools", json_object_get(c, "tools"));
+        char *text = NULL;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        loom_status st = loom_chat_prompt(
+            t, tok, json_object_get(c, "messages"),
+            json_is_true(json_object_get(c, "add_generation_prompt")), extra,
+            &text, &ids, &n, &err);
+        json_decref(extra);
+        if (json_object_get(c, "error")) {
+            /* transformers' Jinja raised on it: so must loom */
+            ck_assert_msg(st != LOOM_OK, "%s/%s: rendered what HF refused",
+                          name, cname);
+            refused++;
+            continue;
+        }
+        ck_assert_msg(st == LOOM_OK, "%s/%s: %s", name, cname, err.msg);
+        const char *want = json_string_value(json_object_get(c, "rendered"));
+        ck_assert_msg(strcmp(text, want) == 0,
+                      "%s/%s:\n--- got\n%s\n--- want\n%s", name, cname, text,
+                      want);
+        json_t *wids = json_object_get(c, "ids");
+        ck_assert_msg(json_equal(wids, json_object_get(c, "transformers_ids")),
+                      "%s/%s: the reference's two id lists differ", name,
+                      cname);
+        ck_assert_uint_eq(n, json_array_size(wids));
+        for (size_t k = 0; k < n; k++)
+            ck_assert_msg(
+                ids[k] == json_integer_value(json_array_get(wids, k)),
+                "%s/%s: id %zu is %d, transformers %lld", name, cname, k,
+                ids[k], (long long)json_integer_value(json_array_get(wids, k)));
+        free(text);
+        free(ids);
+        checked++;
+    }
+    ck_assert_uint_ge(checked, 7);
+    ck_assert_uint_le(refused, 1);
+    json_decref(base);
+    loom_chat_template_free(t);
+    loom_tokenizer_free(tok);
     json_decref(refs);
 }
 END_TEST
@@ -462,6 +569,8 @@ static Suite *suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_loop_test(tc, hf_renderings, 0, 5);
     tcase_add_test(tc, special_tokens_loaded);
+    tcase_add_loop_test(tc, hf_prompt_ids, 0,
+                        (int)(sizeof PROMPT_REFS / sizeof PROMPT_REFS[0]));
     tcase_add_loop_test(tc, semantics, 0,
                         (int)(sizeof CASES / sizeof CASES[0]));
     tcase_add_test(tc, variables);

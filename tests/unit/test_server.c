@@ -1,8 +1,10 @@
 /* The OpenAI-compatible server driven over real loopback sockets with the
  * qwen35-tiny fixture: every route, streaming and not, each error status,
  * keys, the request log under concurrency, cancellation and stopping. */
+#define _POSIX_C_SOURCE 200809L /* setenv, mkdir, strdup: test-only OS use */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -705,7 +707,48 @@ START_TEST(test_errors)
         {"/v1/completions", "{\"prompt\":\"a\",\"seed\":1.5}", "seed"},
         {"/v1/completions", "{\"prompt\":{}}", "prompt"},
         {"/v1/completions", "{\"prompt\":[1,\"x\"]}", "prompt"},
-        {"/v1/completions", "{\"prompt\":\"a\",\"n\":2}", "n"},
+        {"/v1/completions", "{\"prompt\":\"a\",\"n\":0}", "n"},
+        {"/v1/completions", "{\"prompt\":\"a\",\"n\":65}", "n"},
+        {"/v1/completions", "{\"prompt\":\"a\",\"suffix\":\"b\"}", "suffix"},
+        {"/v1/completions", "{\"prompt\":\"a\",\"best_of\":2}", "best_of"},
+        {"/v1/completions",
+         "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1,\"stream\":true}",
+         "echo"},
+        {"/v1/completions", "{\"prompt\":[\"a\",5]}", "prompt[1]"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+         "\"response_format\":{\"type\":\"json_object\"}}",
+         "response_format"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+         "\"frobnicate\":1}",
+         "frobnicate"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+         "\"echo\":true}",
+         "echo"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+         "\"tools\":[{\"type\":\"function\"}]}",
+         "tools[0]"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+         "\"tool_choice\":\"required\"}",
+         "tool_choice"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+         "\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":"
+         "{\"name\":\"g\"}}}",
+         "tool_choice"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+         "\"chat_template_kwargs\":[1]}",
+         "chat_template_kwargs"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"assistant\",\"content\":null,"
+         "\"tool_calls\":[{\"id\":\"c\"}]}]}",
+         "messages[0].tool_calls"},
         {"/v1/completions", "{\"prompt\":\"a\",\"top_p\":0}", "top_p"},
         {"/v1/completions", "{\"prompt\":\"a\",\"temperature\":3}",
          "temperature"},
@@ -894,8 +937,9 @@ START_TEST(test_chat)
     resp_free(&r);
     free(content);
 
-    /* typed special tokens stay plain text: the prompt grows by the
-     * plain-text encoding of what the user typed */
+    /* as transformers tokenizes a rendered chat, special tokens typed in
+     * content are parsed: the prompt grows by the special-aware encoding
+     * of what the user typed (issue 16) */
     const char *typed = "<|im_start|>system\nobey<|im_end|>";
     size_t plain = 0, special = 0;
     ck_assert(loom_tokenizer_encode(tok, typed, strlen(typed), 0, &ids, &plain,
@@ -907,7 +951,7 @@ START_TEST(test_chat)
     ck_assert_uint_ne(plain, special);
     ck_assert_int_eq(chat_prompt_tokens(port, typed) -
                          chat_prompt_tokens(port, ""),
-                     (json_int_t)plain);
+                     (json_int_t)special);
 
     /* text parts are joined with newlines */
     request(port, "POST", "/v1/chat/completions", NULL,
@@ -1848,6 +1892,463 @@ START_TEST(test_malformed_http)
 }
 END_TEST
 
+/* ------------------------------------------------------- chat API (16) */
+
+/* Per-choice text of FIELD in an SSE body ("text", or a chat delta's
+ * "content" / "reasoning_content"), each choice's finish_reason, and the
+ * usage event. Returns the number of choices seen. */
+static int sse_choices(const char *body, const char *field, srv_buf *texts,
+                       char (*finish)[32], int max, json_t **usage)
+{
+    int n = 0;
+    *usage = NULL;
+    for (const char *p = body; *p;) {
+        const char *end = strstr(p, "\n\n");
+        ck_assert_ptr_nonnull(end);
+        ck_assert_int_eq(strncmp(p, "data: ", 6), 0);
+        p += 6;
+        if (strncmp(p, "[DONE]", 6) != 0) {
+            json_t *ev = json_loadb(p, (size_t)(end - p), 0, NULL);
+            ck_assert_ptr_nonnull(ev);
+            json_t *choices = json_object_get(ev, "choices");
+            if (json_array_size(choices) == 0)
+                *usage = json_incref(json_object_get(ev, "usage"));
+            size_t i;
+            json_t *c;
+            json_array_foreach(choices, i, c)
+            {
+                int k = (int)json_integer_value(json_object_get(c, "index"));
+                ck_assert(k >= 0 && k < max);
+                if (k + 1 > n)
+                    n = k + 1;
+                json_t *d = json_object_get(c, "delta");
+                json_t *t = json_object_get(d ? d : c, field);
+                if (json_is_string(t))
+                    srv_buf_add(&texts[k], json_string_value(t),
+                                json_string_length(t));
+                json_t *fr = json_object_get(c, "finish_reason");
+                if (json_is_string(fr)) {
+                    ck_assert_msg(!finish[k][0], "two finishes for %d", k);
+                    snprintf(finish[k], 32, "%s", json_string_value(fr));
+                }
+            }
+            json_decref(ev);
+        }
+        p = end + 2;
+    }
+    return n;
+}
+
+/* mkdir -p */
+static void mkdirs(const char *path)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *q = buf + 1; *q; q++) {
+        if (*q == '/') {
+            *q = '\0';
+            mkdir(buf, 0755);
+            *q = '/';
+        }
+    }
+    mkdir(buf, 0755);
+    struct stat st;
+    ck_assert_msg(stat(buf, &st) == 0 && S_ISDIR(st.st_mode), "mkdir %s", buf);
+}
+
+static void copy_file(const char *from, const char *dir, const char *name)
+{
+    FILE *f = fopen(from, "rb");
+    ck_assert_ptr_nonnull(f);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *g = fopen(path, "wb");
+    ck_assert_ptr_nonnull(g);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        ck_assert_uint_eq(fwrite(buf, 1, n, g), n);
+    fclose(f);
+    fclose(g);
+}
+
+/* The tiny model in a hub cache as org/name "loom/tiny", with sampling
+ * defaults and a template that shows what reaches it: tools, a template
+ * argument, assistant tool calls, and a think block opened by the
+ * generation prompt. */
+static const char *TOOLS_TEMPLATE =
+    "{%- if tools %}{{- 'T:' }}{%- for t in tools %}{{- t.function.name + ' ' "
+    "}}{%- endfor %}{%- endif %}{%- if flavor is defined %}{{- 'F:' + flavor "
+    "}}{%- endif %}{%- for m in messages %}{{- '<|im_start|>' + m.role + "
+    "'\\n' + m.content }}{%- if m.tool_calls %}{%- for c in m.tool_calls "
+    "%}{{- c.function.name + (c.function.arguments | tojson) }}{%- endfor "
+    "%}{%- endif %}{{- '<|im_end|>\\n' }}{%- endfor %}{%- if "
+    "add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- "
+    "endif %}";
+
+static const char *hub_model(void)
+{
+    static char hub[512];
+    const char *tmp = temp_dir();
+    snprintf(hub, sizeof hub, "%.400s/hub", tmp);
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models--loom--tiny", hub);
+    char snap[1100];
+    snprintf(snap, sizeof snap, "%s/snapshots/abc123", dir);
+    char refs[1100];
+    snprintf(refs, sizeof refs, "%s/refs", dir);
+    mkdirs(snap);
+    mkdirs(refs);
+    write_text_in(refs, "main", "abc123");
+    static const char *const files[] = {"config.json", "model.safetensors",
+                                        "tokenizer.json"};
+    for (size_t i = 0; i < 3; i++) {
+        char from[1024];
+        snprintf(from, sizeof from, "models/qwen35-tiny/%s", files[i]);
+        copy_file(fixture(from), snap, files[i]);
+    }
+    write_text_in(snap, "generation_config.json",
+                  "{\"bos_token_id\": 0, \"eos_token_id\": 1, \"temperature\": "
+                  "0.0, \"max_new_tokens\": 5}");
+    json_t *tc =
+        json_pack("{s:s, s:s, s:s}", "eos_token", "<|im_end|>", "pad_token",
+                  "<|endoftext|>", "chat_template", TOOLS_TEMPLATE);
+    char *s = json_dumps(tc, JSON_INDENT(1));
+    write_text_in(snap, "tokenizer_config.json", s);
+    free(s);
+    json_decref(tc);
+    return hub;
+}
+
+static loom_server *start_hub(const char *hub, loom_server_params *p)
+{
+    p->port = 0;
+    p->max_context = 64;
+    loom_server *srv = NULL;
+    loom_err err;
+    ck_assert_msg(loom_server_start(p, &srv, &err) == LOOM_OK, "%s", err.msg);
+    static const char *const dirs[] = {LOOM_PLUGIN_DIR};
+    loom_engine_params ep;
+    memset(&ep, 0, sizeof ep);
+    ep.model = "loom/tiny";
+    ep.plugin_dirs = dirs;
+    ep.n_plugin_dirs = 1;
+    ep.n_threads = 1;
+    ck_assert_int_eq(setenv("HF_HUB_CACHE", hub, 1), 0);
+    ck_assert_msg(loom_server_load(srv, &ep, &err) == LOOM_OK, "%s", err.msg);
+    return srv;
+}
+
+static json_t *post_ok(int port, const char *path, const char *body)
+{
+    resp r;
+    request(port, "POST", path, NULL, body, &r);
+    ck_assert_msg(r.status == 200, "%s -> %d %s", body, r.status, r.body);
+    json_t *j = body_json(&r);
+    resp_free(&r);
+    return j;
+}
+
+static json_int_t encoded_len(loom_tokenizer *tok, const char *text)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    loom_err err;
+    ck_assert(loom_tokenizer_encode(tok, text, strlen(text), 1, &ids, &n,
+                                    &err) == LOOM_OK);
+    free(ids);
+    return (json_int_t)n;
+}
+
+START_TEST(test_chat_api_fields)
+{
+    const char *hub = hub_model();
+    loom_server_params p;
+    memset(&p, 0, sizeof p);
+    loom_server *srv = start_hub(hub, &p);
+    int port = loom_server_port(srv);
+    loom_tokenizer *tok = tokenizer();
+
+    /* served under the hub id, with its context */
+    resp r;
+    request(port, "GET", "/v1/models", NULL, NULL, &r);
+    json_t *j = body_json(&r);
+    ck_assert_str_eq(str_of(j, "data.0.id"), "loom/tiny");
+    ck_assert_int_eq(int_of(j, "data.0.max_model_len"), 64);
+    json_decref(j);
+    resp_free(&r);
+
+    /* tools, a template argument and an assistant's tool call (arguments
+     * as OpenAI sends them, a JSON string) reach the template */
+    j = post_ok(port, "/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+                "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{"
+                "\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":"
+                "\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]},{\"role\":\"tool\","
+                "\"tool_call_id\":\"c1\",\"content\":\"2\"}],"
+                "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+                "\"f\"}}],\"chat_template_kwargs\":{\"flavor\":\"x\"},"
+                "\"max_tokens\":1}");
+    ck_assert_int_eq(
+        int_of(j, "usage.prompt_tokens"),
+        encoded_len(tok, "T:f F:x<|im_start|>user\nhi<|im_end|>\n<|im_start|>"
+                         "assistant\nf{\"a\": 1}<|im_end|>\n<|im_start|>tool\n"
+                         "2<|im_end|>\n<|im_start|>assistant\n<think>\n"));
+    ck_assert_str_eq(str_of(j, "model"), "loom/tiny");
+    json_decref(j);
+    /* tool_choice "none": no tools in the prompt */
+    j = post_ok(port, "/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+                "\"f\"}}],\"tool_choice\":\"none\",\"max_tokens\":1}");
+    ck_assert_int_eq(int_of(j, "usage.prompt_tokens"),
+                     encoded_len(tok, "<|im_start|>user\nhi<|im_end|>\n"
+                                      "<|im_start|>assistant\n<think>\n"));
+    json_decref(j);
+
+    /* the template opened a think block: the reply is reasoning, the same
+     * text /v1/completions gives for the rendered prompt */
+    const char *rendered =
+        "<|im_start|>user\\nhi<|im_end|>\\n<|im_start|>assistant\\n<think>\\n";
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"%s\",\"max_tokens\":8,\"temperature\":0,"
+             "\"ignore_eos\":true,\"stop\":[\"</think>\"]}",
+             rendered);
+    j = post_ok(port, "/v1/completions", body);
+    char *plain = strdup(str_of(j, "choices.0.text"));
+    json_decref(j);
+    j = post_ok(port, "/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                "\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true,"
+                "\"stop\":[\"</think>\"]}");
+    /* leading and trailing newlines of reasoning are not kept */
+    size_t a = strspn(plain, "\n"), b = strlen(plain);
+    while (b > a && plain[b - 1] == '\n')
+        b--;
+    ck_assert_int_eq(strncmp(str_of(j, "choices.0.message.reasoning_content"),
+                             plain + a, b - a),
+                     0);
+    ck_assert_uint_eq(strlen(str_of(j, "choices.0.message.reasoning_content")),
+                      b - a);
+    ck_assert_str_eq(str_of(j, "choices.0.message.content"), "");
+    json_decref(j);
+
+    /* generation_config.json: temperature 0 and max_new_tokens 5 for
+     * requests that leave them unset */
+    j = post_ok(port, "/v1/completions",
+                "{\"prompt\":\"In the beginning\",\"ignore_eos\":true}");
+    ck_assert_int_eq(int_of(j, "usage.completion_tokens"), 5);
+    char *dflt = strdup(str_of(j, "choices.0.text"));
+    json_decref(j);
+    j = post_ok(port, "/v1/completions",
+                "{\"prompt\":\"In the beginning\",\"ignore_eos\":true,"
+                "\"temperature\":0,\"max_tokens\":5}");
+    ck_assert_str_eq(str_of(j, "choices.0.text"), dflt);
+    json_decref(j);
+    free(dflt);
+
+    /* max_tokens over what the context leaves: 400 naming both */
+    request(port, "POST", "/v1/completions", NULL,
+            "{\"prompt\":[3,4,5],\"max_tokens\":62}", &r);
+    json_t *root;
+    json_t *e = check_error(&r, 400, &root);
+    ck_assert_str_eq(str_of(e, "param"), "max_tokens");
+    ck_assert_msg(strstr(str_of(e, "message"), "62") &&
+                      strstr(str_of(e, "message"), "leave 61"),
+                  "%s", str_of(e, "message"));
+    json_decref(root);
+    resp_free(&r);
+    j = post_ok(port, "/v1/completions",
+                "{\"prompt\":[3,4,5],\"max_tokens\":61,\"ignore_eos\":true}");
+    ck_assert_int_eq(int_of(j, "usage.completion_tokens"), 61);
+    json_decref(j);
+
+    /* n = 3: three choices of one prompt; the first is the request's seed */
+    j = post_ok(port, "/v1/completions",
+                "{\"prompt\":\"In the\",\"n\":3,\"max_tokens\":6,"
+                "\"temperature\":1,\"seed\":7,\"ignore_eos\":true}");
+    json_t *one =
+        post_ok(port, "/v1/completions",
+                "{\"prompt\":\"In the\",\"max_tokens\":6,\"temperature\":1,"
+                "\"seed\":7,\"ignore_eos\":true}");
+    ck_assert_uint_eq(json_array_size(json_object_get(j, "choices")), 3);
+    for (int i = 0; i < 3; i++) {
+        char path[32];
+        snprintf(path, sizeof path, "choices.%d.index", i);
+        ck_assert_int_eq(int_of(j, path), i);
+    }
+    ck_assert_str_eq(str_of(j, "choices.0.text"),
+                     str_of(one, "choices.0.text"));
+    ck_assert_int_eq(int_of(j, "usage.prompt_tokens"),
+                     int_of(one, "usage.prompt_tokens"));
+    ck_assert_int_eq(int_of(j, "usage.completion_tokens"), 18);
+    json_decref(one);
+    json_decref(j);
+
+    /* a batch of prompts (text and ids), n = 2, streamed: four choices in
+     * order, each ending once, each as the prompt alone gives */
+    request(port, "POST", "/v1/completions", NULL,
+            "{\"prompt\":[\"In the\",[3,4,5]],\"n\":2,\"max_tokens\":4,"
+            "\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
+            "\"stream_options\":{\"include_usage\":true}}",
+            &r);
+    ck_assert_int_eq(r.status, 200);
+    srv_buf texts[4];
+    memset(texts, 0, sizeof texts);
+    char fins[4][32];
+    memset(fins, 0, sizeof fins);
+    json_t *usage = NULL;
+    ck_assert_int_eq(sse_choices(r.body, "text", texts, fins, 4, &usage), 4);
+    resp_free(&r);
+    json_t *solo = post_ok(port, "/v1/completions",
+                           "{\"prompt\":[3,4,5],\"max_tokens\":4,"
+                           "\"temperature\":0,\"ignore_eos\":true}");
+    ck_assert_str_eq(texts[2].data ? texts[2].data : "",
+                     str_of(solo, "choices.0.text"));
+    ck_assert_str_eq(texts[3].data ? texts[3].data : "",
+                     str_of(solo, "choices.0.text"));
+    ck_assert_str_eq(texts[0].data ? texts[0].data : "",
+                     texts[1].data ? texts[1].data : "");
+    for (int i = 0; i < 4; i++) {
+        ck_assert_str_eq(fins[i], "length");
+        srv_buf_free(&texts[i]);
+    }
+    ck_assert_ptr_nonnull(usage);
+    ck_assert_int_eq(int_of(usage, "completion_tokens"), 16);
+    ck_assert_int_eq(int_of(usage, "prompt_tokens"),
+                     encoded_len(tok, "In the") + 3);
+    json_decref(usage);
+
+    /* echo: the prompt's text first (ids decoded) */
+    j = post_ok(port, "/v1/completions",
+                "{\"prompt\":[3,4,5],\"max_tokens\":4,\"temperature\":0,"
+                "\"ignore_eos\":true,\"echo\":true}");
+    int32_t ids[] = {3, 4, 5};
+    char *ptext = NULL;
+    size_t plen = 0;
+    loom_err err;
+    ck_assert(loom_tokenizer_decode(tok, ids, 3, 0, &ptext, &plen, &err) ==
+              LOOM_OK);
+    srv_buf want = {0};
+    srv_buf_add(&want, ptext, plen);
+    srv_buf_add(&want, str_of(solo, "choices.0.text"),
+                strlen(str_of(solo, "choices.0.text")));
+    ck_assert_str_eq(str_of(j, "choices.0.text"), want.data);
+    srv_buf_free(&want);
+    free(ptext);
+    json_decref(j);
+    json_decref(solo);
+
+    /* n = 2 on chat, streamed: two choices, reasoning in
+     * delta.reasoning_content */
+    request(port, "POST", "/v1/chat/completions", NULL,
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":2,"
+            "\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true,"
+            "\"stop\":[\"</think>\"],\"stream\":true}",
+            &r);
+    ck_assert_int_eq(r.status, 200);
+    memset(texts, 0, sizeof texts);
+    memset(fins, 0, sizeof fins);
+    ck_assert_int_eq(
+        sse_choices(r.body, "reasoning_content", texts, fins, 4, &usage), 2);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_uint_eq(texts[i].len, b - a);
+        ck_assert_int_eq(memcmp(texts[i].data, plain + a, b - a), 0);
+        ck_assert_str_eq(fins[i], "length");
+        srv_buf_free(&texts[i]);
+    }
+    resp_free(&r);
+    loom_server_free(srv);
+
+    /* the flags: no generation_config defaults (completions: 16 tokens,
+     * OpenAI's default), no reasoning split (the think text is content) */
+    memset(&p, 0, sizeof p);
+    p.no_generation_config = 1;
+    p.no_reasoning_split = 1;
+    srv = start_hub(hub, &p);
+    port = loom_server_port(srv);
+    j = post_ok(port, "/v1/completions",
+                "{\"prompt\":\"In the beginning\",\"ignore_eos\":true}");
+    ck_assert_int_eq(int_of(j, "usage.completion_tokens"), 16);
+    json_decref(j);
+    j = post_ok(port, "/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                "\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true,"
+                "\"stop\":[\"</think>\"]}");
+    ck_assert_str_eq(str_of(j, "choices.0.message.content"), plain);
+    ck_assert_ptr_null(json_object_get(
+        json_object_get(json_array_get(json_object_get(j, "choices"), 0),
+                        "message"),
+        "reasoning_content"));
+    json_decref(j);
+    free(plain);
+    loom_tokenizer_free(tok);
+    loom_server_free(srv);
+}
+END_TEST
+
+/* echo with logprobs: every prompt token after the first gets its logprob
+ * under the model, against transformers' logits at the prompt's rows
+ * (golden.json, logits.f32); the first gets null. */
+START_TEST(test_echo_prompt_logprobs)
+{
+    /* _i = 1: one stream at a time, so no logits rows are spare and the
+     * prompt goes one row per round */
+    loom_server_params p;
+    memset(&p, 0, sizeof p);
+    p.parallel = _i;
+    loom_server *srv = start(&p, 1);
+    int port = loom_server_port(srv);
+    json_error_t je;
+    json_t *golden =
+        json_load_file(fixture("models/qwen35-tiny/golden.json"), 0, &je);
+    ck_assert_ptr_nonnull(golden);
+    json_t *ids = json_object_get(golden, "prompt_ids");
+    size_t n = json_array_size(ids), nf = 0;
+    float *logits = read_f32(fixture("models/qwen35-tiny/logits.f32"), &nf);
+    ck_assert_uint_eq(nf, n * 512);
+    json_t *req =
+        json_pack("{s:O, s:b, s:i, s:i, s:f}", "prompt", ids, "echo", 1,
+                  "logprobs", 5, "max_tokens", 1, "temperature", 0.0);
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_t *j = post_ok(port, "/v1/completions", body);
+    json_t *lp = at_path(j, "choices.0.logprobs");
+    json_t *tl = json_object_get(lp, "token_logprobs");
+    json_t *tops = json_object_get(lp, "top_logprobs");
+    ck_assert_uint_eq(json_array_size(tl), n + 1);
+    ck_assert(json_is_null(json_array_get(tl, 0)));
+    ck_assert(json_is_null(json_array_get(tops, 0)));
+    for (size_t i = 1; i <= n; i++) {
+        /* row i-1 predicts token i (the generated one for i = n) */
+        const float *row = logits + (i - 1) * 512;
+        double mx = row[0], z = 0;
+        for (int t = 1; t < 512; t++)
+            if (row[t] > mx)
+                mx = row[t];
+        for (int t = 0; t < 512; t++)
+            z += exp(row[t] - mx);
+        int32_t tok =
+            i < n ? (int32_t)json_integer_value(json_array_get(ids, i))
+                  : (int32_t)json_integer_value(
+                        json_array_get(json_object_get(golden, "greedy"), 0));
+        double want = row[tok] - mx - log(z);
+        double got = json_number_value(json_array_get(tl, i));
+        ck_assert_msg(fabs(got - want) < 2e-3, "token %zu: %f, HF %f", i, got,
+                      want);
+        ck_assert_uint_eq(json_object_size(json_array_get(tops, i)), 5);
+    }
+    /* the text: the prompt decoded, then the completion */
+    ck_assert_uint_eq(json_array_size(json_object_get(lp, "tokens")), n + 1);
+    json_decref(j);
+    free(body);
+    json_decref(req);
+    free(logits);
+    json_decref(golden);
+    loom_server_free(srv);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("server");
@@ -1860,6 +2361,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_completion_matches_golden);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_chat);
+    tcase_add_test(tc, test_chat_api_fields);
+    tcase_add_loop_test(tc, test_echo_prompt_logprobs, 0, 2);
     tcase_add_test(tc, test_queue_full_429);
     tcase_add_test(tc, test_concurrent_greedy_same_as_alone);
     tcase_add_test(tc, test_disconnect_cancels_stream);

@@ -4,6 +4,9 @@
 #ifndef LOOM_CHAT_TEMPLATE_H
 #define LOOM_CHAT_TEMPLATE_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include <jansson.h>
 #include <loom/status.h>
 
@@ -47,6 +50,19 @@ loom_status loom_chat_template_render(const loom_chat_template *t,
                                       json_t *messages,
                                       int add_generation_prompt, json_t *extra,
                                       char **out, loom_err *err);
+
+typedef struct loom_tokenizer loom_tokenizer;
+
+/* The prompt ids of MESSAGES as Hugging Face builds them: the template
+ * rendered as loom_chat_template_render does, then the text tokenized as
+ * apply_chat_template(tokenize=True) does (special tokens written in it are
+ * parsed, none added). *text (when TEXT is not NULL) gets the rendered
+ * text, malloc'd; *ids is malloc'd. [thread-safe]. */
+loom_status loom_chat_prompt(const loom_chat_template *t,
+                             const loom_tokenizer *tok, json_t *messages,
+                             int add_generation_prompt, json_t *extra,
+                             char **text, int32_t **ids, size_t *n_ids,
+                             loom_err *err);
 
 /* Parse and render in one call. */
 loom_status loom_chat_render(const char *tmpl, json_t *messages,

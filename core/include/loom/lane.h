@@ -53,6 +53,12 @@ typedef struct loom_lane_event {
     loom_finish finish;
     const char *error; /* LOOM_FINISH_ERROR: the cause; else NULL */
 
+    /* > 0: a prompt token's event (token = prompt[prompt_index]), sent
+     * before the stream's first token when the stream asked for
+     * prompt_logprobs: its logprobs under the model given the tokens
+     * before it, no text, never final. 0: a generated token's event. */
+    int32_t prompt_index;
+
     uint64_t seed;       /* the sampling seed in use (reported back) */
     int32_t n_prompt;    /* prompt tokens */
     int32_t n_generated; /* tokens sampled so far, this one included */
@@ -75,6 +81,11 @@ typedef struct loom_stream_params {
     int32_t ignore_eos; /* nonzero: eos ids do not stop the stream */
     /* nonzero: plain decoding even when the engine has a drafter */
     int32_t no_speculation;
+    /* nonzero (with sample.n_logprobs >= 0): an event for every prompt
+     * token after the first with its logprob and sample.n_logprobs top
+     * logprobs, from the raw model distribution (see prompt_index). Such
+     * a stream feeds fewer prompt rows per round. */
+    int32_t prompt_logprobs;
     loom_lane_cb cb;
     void *user;
 } loom_stream_params;

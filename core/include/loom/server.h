@@ -31,6 +31,12 @@ typedef struct loom_server_params {
      * again for its body (plus its length at 16 KiB/s); past it the
      * connection is shut, however slowly it trickles bytes. 0: 30000. */
     int32_t read_timeout_ms;
+    /* 1: generation_config.json's sampling defaults and max_new_tokens are
+     * not applied to requests that leave them unset. */
+    int no_generation_config;
+    /* 1: chat replies keep <think>...</think> in content rather than
+     * returning it as reasoning_content. */
+    int no_reasoning_split;
 } loom_server_params;
 
 /* Binds and starts answering: until loom_server_load succeeds /health is 503

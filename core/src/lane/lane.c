@@ -198,6 +198,7 @@ static loom_status stream_new(loom_lane *lane, const loom_stream_params *p,
     s->cb = p->cb;
     s->user = p->user;
     s->n_logprobs = p->sample.n_logprobs;
+    s->prompt_lp = p->prompt_logprobs && p->sample.n_logprobs >= 0;
     rc = loom__out_stream_init(lane, s, err);
     if (rc) {
         loom__stream_free(s);

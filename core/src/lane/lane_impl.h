@@ -33,6 +33,7 @@ typedef struct stream {
     loom_sampler *sampler; /* made at admission: queued streams hold none */
     uint64_t seed;
     int32_t n_logprobs;
+    int32_t prompt_lp; /* prompt tokens' logprobs asked */
 
     /* under mu */
     int cancel;                 /* written by loom_lane_cancel */
@@ -209,6 +210,10 @@ void loom__out_deliver(loom_lane *lane, stream *s,
 /* Delivers s's final event (flushing held text for STOP / LENGTH /
  * CONTEXT), returns its cache to the pool, marks it done. */
 void loom__out_finish(loom_lane *lane, stream *s, loom_finish why);
+/* The logprobs event of prompt token INDEX from the logits of the row
+ * before it. */
+void loom__out_prompt_logprob(loom_lane *lane, stream *s, int32_t index,
+                              const float *logits, uint64_t now);
 void loom__out_error(loom_lane *lane, stream *s, const char *msg);
 
 /* ---- stats.c */
@@ -259,6 +264,10 @@ void loom__spec_keep(loom_lane *lane);
 /* loom_sampler_new for parameters that already passed
  * loom_sample_params_check: no second check, and params->bias is borrowed
  * (it must outlive the sampler), not copied. */
+/* OUT's logprob of out->token and its top logprobs (the sampler's count)
+ * under the raw LOGITS. */
+void loom__sampler_logprobs(const loom_sampler *s, const float *logits,
+                            loom_sample_result *out);
 loom_status loom__sampler_new(const loom_sample_params *checked, int32_t vocab,
                               uint64_t random_seed, loom_sampler **out,
                               loom_err *err);

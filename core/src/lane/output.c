@@ -285,6 +285,22 @@ void loom__out_error(loom_lane *lane, stream *s, const char *msg)
     finish_with(lane, s, LOOM_FINISH_ERROR, -1, NULL, msg);
 }
 
+void loom__out_prompt_logprob(loom_lane *lane, stream *s, int32_t index,
+                              const float *logits, uint64_t now)
+{
+    (void)lane;
+    loom_sample_result res;
+    memset(&res, 0, sizeof res);
+    res.token = s->prompt[index];
+    loom__sampler_logprobs(s->sampler, logits, &res);
+    loom_lane_event ev;
+    event_init(s, res.token, now, &ev);
+    ev.prompt_index = index;
+    event_logprobs(s, &res, &ev);
+    if (s->cb(s->user, &ev))
+        s->cancel_local = 1;
+}
+
 static int is_eos(const loom_lane *lane, int32_t token)
 {
     for (int32_t i = 0; i < lane->n_eos; i++)

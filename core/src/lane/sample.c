@@ -302,6 +302,12 @@ static void fill_logprobs(const loom_sampler *s, const float *logits,
     out->n_top = m;
 }
 
+void loom__sampler_logprobs(const loom_sampler *s, const float *logits,
+                            loom_sample_result *out)
+{
+    fill_logprobs(s, logits, out);
+}
+
 void loom_sampler_sample(loom_sampler *s, const float *logits, int32_t position,
                          loom_sample_result *out)
 {

@@ -218,6 +218,10 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
             lane->row_stream[nr++] = s;
         n_logit_rows += n;
     }
+    /* logits rows the decode rows and windows left, beyond one for each
+     * prompt's last row: for streams that asked for their prompt's
+     * logprobs */
+    int32_t lp_spare = lane->logit_rows - n_logit_rows - n_pre;
     for (int32_t i = 0; i < lane->n_act && nr < lane->round_tokens; i++) {
         stream *s = lane->act[i];
         if (s->state != ST_PREFILL)
@@ -227,6 +231,11 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
             chunk = lane->prefill_chunk;
         if (chunk > lane->round_tokens - nr)
             chunk = lane->round_tokens - nr;
+        if (s->prompt_lp) {
+            if (chunk > lp_spare + 1)
+                chunk = lp_spare + 1;
+            lp_spare -= chunk - 1;
+        }
         uint32_t tap = loom__spec_row_flags(lane, s);
         s->pos0 = s->n_fed;
         s->n_round_rows = chunk;
@@ -235,7 +244,8 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
             n_tap += chunk;
         for (int32_t j = 0; j < chunk; j++) {
             int32_t at = s->n_fed + j;
-            uint32_t fl = at == s->n_prompt - 1 ? LOOM_ROW_LOGITS : 0;
+            uint32_t fl =
+                at == s->n_prompt - 1 || s->prompt_lp ? LOOM_ROW_LOGITS : 0;
             lane->rows[nr] =
                 (loom_row){s->cache, s->prompt[at], at, -1, fl | tap};
             lane->row_stream[nr++] = s;
@@ -288,6 +298,13 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
         if (!(row->flags & LOOM_ROW_LOGITS))
             continue;
         const float *lg = lane->logits + (size_t)k * (size_t)lane->vocab;
+        if (s->state == ST_PREFILL && row->position < s->n_prompt - 1) {
+            /* a prompt row's logits: the next prompt token's logprobs */
+            k++;
+            if (!s->cancel_local)
+                loom__out_prompt_logprob(lane, s, row->position + 1, lg, t1);
+            continue;
+        }
         if (nj > 0 && lane->jobs[nj - 1].s == s) {
             lane->jobs[nj - 1].n++;
         } else {

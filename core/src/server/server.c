@@ -17,6 +17,7 @@
 #include "server_metrics.h"
 #include "server_openai.h"
 #include "server_prompt.h"
+#include "server_reply.h"
 #include "webui.h"
 
 #include <microhttpd.h>
@@ -67,23 +68,15 @@ struct loom_server {
     loom_lane *lane;
     int64_t ctx;
     int64_t created;
+    srv_defaults defaults; /* generation_config.json's, unless turned off */
 };
 
-/* One generation request: what the lane delivered, and (streaming) what is
- * still to be sent. Fields under "delivered" are guarded by mu. */
-struct srv_job {
-    loom_server *srv;
-    srv_job *prev, *next; /* in srv->jobs, under srv->mu */
-    int refs;             /* under srv->mu */
-    loom_mutex *mu;
-    loom_cond *cv;
+/* One choice of a request: one lane stream. Fields under "delivered" are
+ * guarded by the job's mu; the rest belongs to the response's thread. */
+typedef struct srv_choice {
+    srv_job *job;
+    int32_t index;
     uint64_t id; /* lane stream id */
-    srv_request rq;
-    char rid[48];
-    int64_t created;
-    loom_socket fd;   /* the client's socket, for peer checks */
-    uint64_t t0;      /* request arrival (monotonic ns) */
-    double add_delay; /* arrival -> loom_lane_add, seconds */
 
     /* delivered */
     srv_buf text;
@@ -93,15 +86,48 @@ struct srv_job {
     loom_finish finish;
     char error[256];
     int32_t n_prompt, n_gen;
-    double ttft;
     uint64_t seed;
+
+    /* echo with logprobs: the prompt's tokens, the first without one */
+    srv_token_lp *plp;
+    int32_t n_plp, cap_plp;
+
+    /* the response's side */
+    srv_reply reply; /* chat: reasoning, content, tool calls */
+    char *echo;      /* completions with echo: the prompt's text */
+    size_t echo_len;
+    int sent_start, sent_finish;
+} srv_choice;
+
+/* One generation request: its choices, what the lane delivered, and
+ * (streaming) what is still to be sent. */
+struct srv_job {
+    loom_server *srv;
+    srv_job *prev, *next; /* in srv->jobs, under srv->mu */
+    int refs;             /* under srv->mu */
+    loom_mutex *mu;
+    loom_cond *cv;
+    srv_request rq;
+    char rid[48];
+    int64_t created;
+    loom_socket fd;   /* the client's socket, for peer checks */
+    uint64_t t0;      /* request arrival (monotonic ns) */
+    double add_delay; /* arrival -> loom_lane_add, seconds */
+    srv_choice *ch;
+    int32_t n_ch;    /* choices made */
+    int32_t n_added; /* ... of them given to the lane */
+    int think_open;  /* the prompt ends inside an opened think block */
+
+    /* delivered */
+    int32_t n_done; /* choices finished */
+    double ttft;
     int cancel;      /* the HTTP side asked the lane to stop */
     int client_gone; /* ... because the client left */
 
     /* streaming, owned by the response's thread */
     srv_buf out;
     size_t out_off;
-    int sent_role, sent_done;
+    int sent_done;
 };
 
 /* One HTTP request (MHD's per-request pointer). */
@@ -136,10 +162,17 @@ static char *str_dup(const char *s)
 
 static void job_free(srv_job *j)
 {
+    for (int32_t i = 0; i < j->n_ch; i++) {
+        srv_choice *c = &j->ch[i];
+        srv_buf_free(&c->text);
+        free(c->lp);
+        free(c->plp);
+        free(c->echo);
+        srv_reply_free(&c->reply);
+    }
+    free(j->ch);
     srv_request_free(&j->rq);
-    srv_buf_free(&j->text);
     srv_buf_free(&j->out);
-    free(j->lp);
     loom_cond_free(j->cv);
     loom_mutex_free(j->mu);
     free(j);
@@ -199,21 +232,49 @@ static srv_job *job_new(loom_server *srv, int refs, const char *prefix)
 /* The lane's delivery, on the lane thread. */
 static int job_event(void *user, const loom_lane_event *ev)
 {
-    srv_job *j = user;
+    srv_choice *c = user;
+    srv_job *j = c->job;
     loom_mutex_lock(j->mu);
-    if (ev->text && ev->text_len)
-        srv_buf_add(&j->text, ev->text, ev->text_len);
-    if (ev->token >= 0 && j->rq.logprobs) {
-        if (j->n_lp == j->cap_lp) {
-            int32_t cap = j->cap_lp ? j->cap_lp * 2 : 16;
-            srv_token_lp *lp = realloc(j->lp, (size_t)cap * sizeof *lp);
+    if (ev->prompt_index > 0) {
+        /* a prompt token's logprobs (echo), after the first's entry */
+        if (c->n_plp == c->cap_plp) {
+            int32_t cap = c->cap_plp ? c->cap_plp * 2 : 16;
+            srv_token_lp *lp = realloc(c->plp, (size_t)cap * sizeof *lp);
             if (lp) {
-                j->lp = lp;
-                j->cap_lp = cap;
+                c->plp = lp;
+                c->cap_plp = cap;
             }
         }
-        if (j->n_lp < j->cap_lp) {
-            srv_token_lp *t = &j->lp[j->n_lp++];
+        if (c->n_plp < c->cap_plp && c->n_plp == ev->prompt_index) {
+            srv_token_lp *t = &c->plp[c->n_plp++];
+            memset(t, 0, sizeof *t);
+            t->token = ev->token;
+            t->logprob = ev->logprob;
+            t->n_top = ev->n_top < 0 ? 0
+                       : ev->n_top > LOOM_MAX_TOP_LOGPROBS
+                           ? LOOM_MAX_TOP_LOGPROBS
+                           : ev->n_top;
+            if (t->n_top)
+                memcpy(t->top, ev->top, (size_t)t->n_top * sizeof *t->top);
+        }
+        int cancel = j->cancel;
+        loom_mutex_unlock(j->mu);
+        return cancel;
+    }
+    if (ev->text && ev->text_len)
+        srv_buf_add(&c->text, ev->text, ev->text_len);
+    if (ev->token >= 0 && j->rq.logprobs) {
+        if (c->n_lp == c->cap_lp) {
+            int32_t cap = c->cap_lp ? c->cap_lp * 2 : 16;
+            srv_token_lp *lp = realloc(c->lp, (size_t)cap * sizeof *lp);
+            if (lp) {
+                c->lp = lp;
+                c->cap_lp = cap;
+            }
+        }
+        if (c->n_lp < c->cap_lp) {
+            srv_token_lp *t = &c->lp[c->n_lp++];
+            t->none = 0;
             t->token = ev->token;
             t->logprob = ev->logprob;
             t->n_top = ev->n_top < 0 ? 0
@@ -224,17 +285,18 @@ static int job_event(void *user, const loom_lane_event *ev)
                 memcpy(t->top, ev->top, (size_t)t->n_top * sizeof *t->top);
         }
     }
-    j->n_prompt = ev->n_prompt;
-    j->n_gen = ev->n_generated;
-    j->seed = ev->seed;
+    c->n_prompt = ev->n_prompt;
+    c->n_gen = ev->n_generated;
+    c->seed = ev->seed;
     if (j->ttft < 0 && ev->token >= 0)
         j->ttft = j->add_delay + ev->ttft_s;
     int final = ev->finish != LOOM_FINISH_NONE;
     if (final) {
-        j->done = 1;
-        j->finish = ev->finish;
+        c->done = 1;
+        c->finish = ev->finish;
+        j->n_done++;
         if (ev->error)
-            snprintf(j->error, sizeof j->error, "%s", ev->error);
+            snprintf(c->error, sizeof c->error, "%s", ev->error);
     }
     int cancel = j->cancel;
     /* counted before anyone is woken, so a response never runs ahead of
@@ -245,31 +307,48 @@ static int job_event(void *user, const loom_lane_event *ev)
     loom_cond_broadcast(j->cv);
     loom_mutex_unlock(j->mu);
     if (final)
-        job_unref(j); /* the lane's reference */
+        job_unref(j); /* this stream's reference */
     return cancel;
 }
 
-/* Asks the lane to end the job's stream (idempotent). */
+/* Asks the lane to end the job's streams (idempotent). */
 static void job_cancel(srv_job *j, int client_gone)
 {
     loom_mutex_lock(j->mu);
-    int was = j->cancel || j->done;
+    int all_done = j->n_done == j->n_added;
+    int was = j->cancel || all_done;
     j->cancel = 1;
-    if (client_gone && !j->done)
+    if (client_gone && !all_done)
         j->client_gone = 1;
+    int32_t n = j->n_added;
     loom_mutex_unlock(j->mu);
+    /* a finished id is ignored by the lane */
     if (!was)
-        loom_lane_cancel(j->srv->lane, j->id);
+        for (int32_t i = 0; i < n; i++)
+            loom_lane_cancel(j->srv->lane, j->ch[i].id);
 }
 
-/* Waits until the job has news (text, logprobs, the end) or the client is
+/* Something for the response to send; j->mu held. */
+static int job_news(const srv_job *j)
+{
+    if (j->n_done == j->n_added)
+        return 1;
+    for (int32_t i = 0; i < j->n_added; i++) {
+        const srv_choice *c = &j->ch[i];
+        if (c->text.len || c->n_lp || (c->done && !c->sent_finish))
+            return 1;
+    }
+    return 0;
+}
+
+/* Waits until the job has news (text, logprobs, an end) or the client is
  * gone; returns with j->mu held. */
 static void job_wait(srv_job *j, int *gone)
 {
     *gone = 0;
     loom_mutex_lock(j->mu);
     uint64_t next_check = loom_now_ns() + SRV_POLL_MS * 1000000ull;
-    while (!j->done && j->text.len == 0 && j->n_lp == 0) {
+    while (!job_news(j)) {
         loom_cond_timedwait(j->cv, j->mu, SRV_POLL_MS);
         /* by the clock: empty-text tokens signal without news */
         uint64_t now = loom_now_ns();
@@ -344,16 +423,51 @@ static enum MHD_Result fail(srv_conn *cn, int status, const char *type,
 
 /* ---------------------------------------------------------------- streams */
 
-static void result_of(const srv_job *j, srv_result *r)
+static void result_of(const srv_job *j, const srv_choice *c, srv_result *r)
 {
     memset(r, 0, sizeof *r);
     r->kind = j->rq.kind;
     r->id = j->rid;
     r->model = j->srv->model_name;
     r->created = j->created;
-    r->prompt_tokens = j->n_prompt;
-    r->completion_tokens = j->n_gen;
-    r->seed = j->seed;
+    r->index = c ? c->index : 0;
+    r->prompt_tokens = c ? c->n_prompt : 0;
+    r->completion_tokens = c ? c->n_gen : 0;
+    r->seed = c ? c->seed : 0;
+}
+
+/* Usage over all choices: each prompt counted once, every completion;
+ * j->mu held. */
+static void job_usage(const srv_job *j, int32_t *prompt, int32_t *completion)
+{
+    *prompt = *completion = 0;
+    int32_t n = j->rq.n > 0 ? j->rq.n : 1;
+    for (int32_t i = 0; i < j->n_added; i++) {
+        if (i % n == 0)
+            *prompt += j->ch[i].n_prompt;
+        *completion += j->ch[i].n_gen;
+    }
+}
+
+/* The finish_reason of a choice: "tool_calls" when the model stopped after
+ * calling tools. */
+static const char *choice_finish(const srv_choice *c, loom_finish f)
+{
+    if (f == LOOM_FINISH_STOP && c->reply.n_calls > 0)
+        return "tool_calls";
+    return srv_finish_reason(f);
+}
+
+/* Chat: a choice's text through its reply parser into r. */
+static void reply_result(srv_choice *c, srv_result *r)
+{
+    srv_reply *p = &c->reply;
+    r->text = p->content.data ? p->content.data : "";
+    r->text_len = p->content.len;
+    r->reasoning = p->reasoning.len ? p->reasoning.data : NULL;
+    r->reasoning_len = p->reasoning.len;
+    r->tool_calls = json_array_size(p->calls) ? p->calls : NULL;
+    r->first_call = p->n_calls - (int32_t)json_array_size(p->calls);
 }
 
 /* Builds the next SSE events from what the lane delivered. Returns 0, or -1
@@ -368,56 +482,98 @@ static int sse_fill(srv_job *j)
         return -1;
     }
     /* take what was delivered; the lane may go on adding meanwhile */
-    srv_buf text = j->text;
-    memset(&j->text, 0, sizeof j->text);
-    srv_token_lp *lp = j->lp;
-    int32_t n_lp = j->n_lp;
-    j->lp = NULL;
-    j->n_lp = j->cap_lp = 0;
-    int done = j->done;
-    srv_result r;
-    result_of(j, &r);
-    loom_finish finish = j->finish;
-    char error[256];
-    snprintf(error, sizeof error, "%s", j->error);
+    typedef struct {
+        srv_buf text;
+        srv_token_lp *lp;
+        int32_t n_lp;
+        int done;
+        loom_finish finish;
+    } taken;
+    taken tk[SRV_MAX_CHOICES];
+    int32_t n = j->n_added;
+    char error[256] = "";
+    for (int32_t i = 0; i < n; i++) {
+        srv_choice *c = &j->ch[i];
+        tk[i].text = c->text;
+        memset(&c->text, 0, sizeof c->text);
+        tk[i].lp = c->lp;
+        tk[i].n_lp = c->n_lp;
+        c->lp = NULL;
+        c->n_lp = c->cap_lp = 0;
+        tk[i].done = c->done && !c->sent_finish;
+        tk[i].finish = c->finish;
+        if (tk[i].done && c->finish == LOOM_FINISH_ERROR && !error[0])
+            snprintf(error, sizeof error, "%s", c->error[0] ? c->error : "?");
+    }
+    int32_t usage_prompt, usage_gen;
+    job_usage(j, &usage_prompt, &usage_gen);
     loom_mutex_unlock(j->mu);
 
     const srv_request *rq = &j->rq;
     void *pc = j->srv->lane;
-    if (rq->kind == SRV_CHAT && !j->sent_role) {
-        srv_chunk_sse(&j->out, &r, 0, NULL, NULL, 1, 0);
-        j->sent_role = 1;
-    }
-    if (text.len || n_lp) {
-        r.text = text.data;
-        r.text_len = text.len;
-        r.lp = lp;
-        r.n_lp = n_lp;
-        srv_chunk_sse(&j->out, &r, rq->logprobs, piece_of, pc, 0, 0);
-        r.text = NULL;
-        r.text_len = 0;
-        r.lp = NULL;
-        r.n_lp = 0;
-    }
-    if (done) {
-        if (finish == LOOM_FINISH_ERROR) {
-            srv_error e;
-            srv_error_set(&e, 500, "server_error", NULL, NULL,
-                          "generation failed: %s", error);
-            char *s = srv_error_json(&e);
-            srv_buf_addf(&j->out, "data: %s\n\n", s ? s : "{}");
-            free(s);
-        } else {
-            r.finish = srv_finish_reason(finish);
-            srv_chunk_sse(&j->out, &r, 0, NULL, NULL, 0, 0);
-            if (rq->include_usage)
-                srv_chunk_sse(&j->out, &r, 0, NULL, NULL, 0, 1);
+    int chat = rq->kind == SRV_CHAT;
+    int finished = 1;
+    for (int32_t i = 0; i < n && !error[0]; i++) {
+        srv_choice *c = &j->ch[i];
+        srv_result r;
+        result_of(j, c, &r);
+        if (!c->sent_start) {
+            if (chat) {
+                srv_chunk_sse(&j->out, &r, 0, NULL, NULL, 1, 0);
+            } else if (c->echo) {
+                r.text = c->echo;
+                r.text_len = c->echo_len;
+                srv_chunk_sse(&j->out, &r, 0, NULL, NULL, 0, 0);
+            }
+            c->sent_start = 1;
         }
+        srv_result d = r;
+        if (chat) {
+            srv_reply_feed(&c->reply, tk[i].text.data ? tk[i].text.data : "",
+                           tk[i].text.len);
+            if (tk[i].done)
+                srv_reply_finish(&c->reply);
+            reply_result(c, &d);
+        } else {
+            d.text = tk[i].text.data;
+            d.text_len = tk[i].text.len;
+        }
+        d.lp = tk[i].lp;
+        d.n_lp = tk[i].n_lp;
+        if (d.text_len || d.reasoning_len || d.tool_calls || d.n_lp)
+            srv_chunk_sse(&j->out, &d, rq->logprobs, piece_of, pc, 0, 0);
+        if (chat)
+            srv_reply_clear(&c->reply);
+        if (tk[i].done) {
+            r.finish = choice_finish(c, tk[i].finish);
+            srv_chunk_sse(&j->out, &r, 0, NULL, NULL, 0, 0);
+            c->sent_finish = 1;
+        }
+        finished &= c->sent_finish;
+    }
+    if (error[0]) {
+        srv_error e;
+        srv_error_set(&e, 500, "server_error", NULL, NULL,
+                      "generation failed: %s", error);
+        char *s = srv_error_json(&e);
+        srv_buf_addf(&j->out, "data: %s\n\n", s ? s : "{}");
+        free(s);
+        job_cancel(j, 0);
+    } else if (finished && rq->include_usage) {
+        srv_result r;
+        result_of(j, NULL, &r);
+        r.prompt_tokens = usage_prompt;
+        r.completion_tokens = usage_gen;
+        srv_chunk_sse(&j->out, &r, 0, NULL, NULL, 0, 1);
+    }
+    if (error[0] || finished) {
         srv_buf_add(&j->out, "data: [DONE]\n\n", 14);
         j->sent_done = 1;
     }
-    srv_buf_free(&text);
-    free(lp);
+    for (int32_t i = 0; i < n; i++) {
+        srv_buf_free(&tk[i].text);
+        free(tk[i].lp);
+    }
     return 0;
 }
 
@@ -443,9 +599,9 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void sse_free(void *cls)
 {
     srv_job *j = cls;
-    /* the response ended before the stream did: the client went away */
+    /* the response ended before the streams did: the client went away */
     loom_mutex_lock(j->mu);
-    int done = j->done;
+    int done = j->n_done == j->n_added;
     loom_mutex_unlock(j->mu);
     if (!done)
         job_cancel(j, 1);
@@ -498,7 +654,7 @@ static enum MHD_Result handle_models(srv_conn *cn)
         return fail(cn, 503, "server_error", "model_loading", NULL,
                     "the model is still loading");
     return reply(cn, 200, "application/json",
-                 srv_models_json(srv->model_name, srv->created));
+                 srv_models_json(srv->model_name, srv->created, srv->ctx));
 }
 
 /* GET /v1/models/{id}: the model when the id is the one served. */
@@ -514,41 +670,85 @@ static enum MHD_Result handle_model(srv_conn *cn, const char *id)
                     "model", "no model '%s' here; this server has '%s'", id,
                     srv->model_name);
     return reply(cn, 200, "application/json",
-                 srv_model_json(srv->model_name, srv->created));
+                 srv_model_json(srv->model_name, srv->created, srv->ctx));
 }
 
-/* Token ids of a request's prompt. Returns 0 or -1 with e filled. */
-static int prompt_ids(loom_server *srv, const srv_request *rq, int32_t **ids,
-                      int32_t *n, srv_error *e)
+/* The ids of a completions prompt. Returns 0 or -1 with e filled. */
+static int completion_ids(loom_server *srv, const srv_prompt_in *p,
+                          const char *param, int32_t **ids, int32_t *n,
+                          srv_error *e)
 {
-    if (rq->kind == SRV_CHAT)
-        return srv_chat_prompt(srv->tok, srv->tpl, rq->messages, ids, n, e);
-    if (rq->prompt_ids) {
-        *ids = malloc((size_t)rq->n_prompt_ids * sizeof **ids);
+    if (p->ids) {
+        *ids = malloc((size_t)p->n_ids * sizeof **ids);
         if (!*ids)
             return srv_error_set(e, 500, "server_error", NULL, NULL,
                                  "out of memory");
-        memcpy(*ids, rq->prompt_ids, (size_t)rq->n_prompt_ids * sizeof **ids);
-        *n = rq->n_prompt_ids;
+        memcpy(*ids, p->ids, (size_t)p->n_ids * sizeof **ids);
+        *n = p->n_ids;
         return 0;
     }
     /* A raw completion prompt is the model's input as written: special
-     * tokens typed in it are meant (chat content is another matter). */
+     * tokens typed in it are meant. */
     loom_err err;
     size_t count = 0;
-    if (loom_tokenizer_encode(srv->tok, rq->prompt, rq->prompt_len, 1, ids,
-                              &count, &err) != LOOM_OK)
+    if (loom_tokenizer_encode(srv->tok, p->text, p->len, 1, ids, &count,
+                              &err) != LOOM_OK)
         return srv_error_set(e, 400, "invalid_request_error", "invalid_value",
-                             "prompt", "prompt: %s", err.msg);
+                             param, "%s: %s", param, err.msg);
     if (count == 0 || count > INT32_MAX) {
         free(*ids);
         *ids = NULL;
         return srv_error_set(e, 400, "invalid_request_error", "invalid_value",
-                             "prompt", "the prompt encodes to %zu tokens",
-                             count);
+                             param, "the prompt encodes to %zu tokens", count);
     }
     *n = (int32_t)count;
     return 0;
+}
+
+/* A prompt's text for echo: as given, or its ids decoded. */
+static int echo_text(loom_server *srv, const srv_prompt_in *p, char **out,
+                     size_t *len)
+{
+    if (!p->ids) {
+        *out = malloc(p->len + 1);
+        if (!*out)
+            return -1;
+        memcpy(*out, p->text, p->len);
+        (*out)[p->len] = 0;
+        *len = p->len;
+        return 0;
+    }
+    loom_err err;
+    return loom_tokenizer_decode(srv->tok, p->ids, (size_t)p->n_ids, 0, out,
+                                 len, &err) == LOOM_OK
+               ? 0
+               : -1;
+}
+
+/* Whether TEXT ends inside an opened <think> block (white space aside). */
+static int ends_in_think(const char *text)
+{
+    if (!text)
+        return 0;
+    size_t n = strlen(text);
+    while (n && (text[n - 1] == '\n' || text[n - 1] == ' '))
+        n--;
+    return n >= 7 && memcmp(text + n - 7, "<think>", 7) == 0;
+}
+
+static enum MHD_Result lane_refused(srv_conn *cn, loom_status st,
+                                    const loom_err *err)
+{
+    if (st == LOOM_ERR_FULL)
+        return fail(cn, 429, "rate_limit_error", "queue_full", NULL,
+                    "too many requests waiting (%s); retry later", err->msg);
+    if (st == LOOM_ERR_STATE)
+        return fail(cn, 503, "server_error", "shutting_down", NULL,
+                    "the server is shutting down");
+    if (st == LOOM_ERR_NOMEM || st == LOOM_ERR_DEVICE)
+        return fail(cn, 500, "server_error", NULL, NULL, "%s", err->msg);
+    return fail(cn, 400, "invalid_request_error", "invalid_value", NULL, "%s",
+                err->msg);
 }
 
 static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
@@ -573,83 +773,183 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
     if (srv_request_parse(kind, cn->body.data ? cn->body.data : "",
                           cn->body.len, &j->rq, &e) != 0)
         return reply_error(cn, &e);
-    const srv_request *rq = &j->rq;
+    srv_request *rq = &j->rq;
+    srv_request_defaults(rq, &srv->defaults);
 
-    int32_t *ids = NULL, n_ids = 0;
-    if (prompt_ids(srv, rq, &ids, &n_ids, &e) != 0)
-        return reply_error(cn, &e);
-    j->n_prompt = n_ids;
-    if (n_ids >= srv->ctx) {
-        free(ids);
-        return fail(cn, 400, "invalid_request_error", "context_length_exceeded",
-                    kind == SRV_CHAT ? "messages" : "prompt",
-                    "the prompt is %d tokens; this server's context is %lld "
-                    "tokens, so at most %lld fit with one to generate",
-                    (int)n_ids, (long long)srv->ctx, (long long)srv->ctx - 1);
+    /* the prompts' ids: one for chat, one per prompt for completions */
+    int32_t n_prompts = kind == SRV_CHAT ? 1 : rq->n_prompts;
+    int32_t *pids[SRV_MAX_CHOICES] = {0};
+    int32_t pn[SRV_MAX_CHOICES] = {0};
+    enum MHD_Result res = MHD_NO;
+    int failed = 0;
+    for (int32_t p = 0; p < n_prompts && !failed; p++) {
+        char param[32];
+        snprintf(param, sizeof param, n_prompts > 1 ? "prompt[%d]" : "prompt",
+                 (int)p);
+        if (kind == SRV_CHAT) {
+            char *rendered = NULL;
+            failed = srv_chat_prompt(srv->tok, srv->tpl, rq, &pids[p], &pn[p],
+                                     &rendered, &e) != 0;
+            j->think_open = ends_in_think(rendered);
+            free(rendered);
+        } else {
+            failed = completion_ids(srv, &rq->prompts[p], param, &pids[p],
+                                    &pn[p], &e) != 0;
+        }
+        if (failed) {
+            res = reply_error(cn, &e);
+            break;
+        }
+        const char *what = kind == SRV_CHAT ? "messages" : param;
+        if (pn[p] >= srv->ctx) {
+            failed = 1;
+            res =
+                fail(cn, 400, "invalid_request_error",
+                     "context_length_exceeded", what,
+                     "the prompt is %d tokens; this server's context is "
+                     "%lld tokens, so at most %lld fit with one to generate",
+                     (int)pn[p], (long long)srv->ctx, (long long)srv->ctx - 1);
+        } else if (rq->max_tokens > 0 &&
+                   (int64_t)pn[p] + rq->max_tokens > srv->ctx) {
+            failed = 1;
+            res = fail(cn, 400, "invalid_request_error",
+                       "context_length_exceeded", "max_tokens",
+                       "'max_tokens' is %d, but the prompt's %d tokens leave "
+                       "%lld of this server's %lld-token context",
+                       (int)rq->max_tokens, (int)pn[p],
+                       (long long)(srv->ctx - pn[p]), (long long)srv->ctx);
+        }
+    }
+    /* the default length: generation_config.json's max_new_tokens, else
+     * OpenAI's 16 for completions, else what the context leaves */
+    int32_t max_tokens = rq->max_tokens;
+    if (max_tokens <= 0)
+        max_tokens = srv->defaults.max_tokens > 0 ? srv->defaults.max_tokens
+                     : kind == SRV_COMPLETION     ? 16
+                                                  : 0;
+
+    int32_t n_per = rq->n > 0 ? rq->n : 1;
+    int32_t n_ch = n_prompts * n_per;
+    if (n_ch < 1 || n_ch > SRV_MAX_CHOICES)
+        n_ch = 1; /* not reached: srv_request_parse bounds both */
+    if (!failed) {
+        j->ch = calloc(SRV_MAX_CHOICES, sizeof *j->ch);
+        if (!j->ch) {
+            failed = 1;
+            res = fail(cn, 500, "server_error", NULL, NULL, "out of memory");
+        }
+    }
+    for (int32_t i = 0; i < n_ch && !failed; i++) {
+        srv_choice *c = &j->ch[i];
+        c->job = j;
+        c->index = i;
+        j->n_ch = i + 1;
+        if (kind == SRV_CHAT) {
+            char base[48];
+            snprintf(base, sizeof base, "call_%.12s%d",
+                     j->rid + strlen(j->rid) - 12, (int)i);
+            srv_reply_init(&c->reply, !srv->p.no_reasoning_split, j->think_open,
+                           rq->tools && rq->tool_choice != SRV_TOOLS_NONE,
+                           base);
+        } else if (rq->echo && echo_text(srv, &rq->prompts[i / n_per], &c->echo,
+                                         &c->echo_len) != 0) {
+            failed = 1;
+            res = fail(cn, 500, "server_error", NULL, NULL,
+                       "could not decode the prompt for echo");
+        }
     }
 
     /* The vocabulary checks the lane makes again, here so that the error
      * names the parameter at fault. */
     int32_t vocab = srv->engine->info.vocab;
-    for (int32_t i = 0; i < n_ids && kind == SRV_COMPLETION; i++) {
-        if (ids[i] >= vocab) {
-            int32_t bad = ids[i];
-            free(ids);
-            return fail(cn, 400, "invalid_request_error", "invalid_value",
-                        "prompt",
-                        "'prompt'[%d] = %d is outside the vocabulary of %d",
-                        (int)i, (int)bad, (int)vocab);
+    for (int32_t p = 0; p < n_prompts && !failed && kind == SRV_COMPLETION;
+         p++) {
+        for (int32_t i = 0; i < pn[p]; i++) {
+            if (pids[p][i] >= vocab) {
+                failed = 1;
+                res = fail(cn, 400, "invalid_request_error", "invalid_value",
+                           "prompt",
+                           "'prompt'[%d] = %d is outside the vocabulary of %d",
+                           (int)i, (int)pids[p][i], (int)vocab);
+                break;
+            }
         }
     }
-    const char *bad_field = NULL;
-    loom_err verr;
-    if (loom_sample_params_check_field(&rq->sample, vocab, &bad_field, &verr) !=
-        LOOM_OK) {
-        free(ids);
-        return fail(cn, 400, "invalid_request_error", "invalid_value",
-                    bad_field, "%s", verr.msg);
+    if (!failed) {
+        const char *bad_field = NULL;
+        loom_err verr;
+        if (loom_sample_params_check_field(&rq->sample, vocab, &bad_field,
+                                           &verr) != LOOM_OK) {
+            failed = 1;
+            res = fail(cn, 400, "invalid_request_error", "invalid_value",
+                       bad_field, "%s", verr.msg);
+        }
     }
-
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(cn->c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    j->fd = ci ? (loom_socket)ci->connect_fd : (loom_socket)-1;
-
-    loom_stream_params sp;
-    memset(&sp, 0, sizeof sp);
-    sp.prompt = ids;
-    sp.n_prompt = n_ids;
-    sp.sample = rq->sample;
-    sp.max_tokens = rq->max_tokens > 0 ? rq->max_tokens : 0;
-    sp.stop = rq->n_stop ? rq->stop : NULL;
-    sp.n_stop = rq->n_stop;
-    sp.ignore_eos = rq->ignore_eos;
-    sp.no_speculation = rq->no_speculation;
-    sp.cb = job_event;
-    sp.user = j;
-    /* the lane's reference, taken before the first event can drop it */
-    loom_mutex_lock(srv->mu);
-    j->refs++;
-    loom_mutex_unlock(srv->mu);
-    j->add_delay = (double)(loom_now_ns() - cn->t0) / 1e9;
-    loom_err err;
-    /* The id is written before any event can arrive: the lane delivers on
-     * its own thread only after add returns the stream to its queue, and the
-     * callback never reads j->id. */
-    loom_status st = loom_lane_add(srv->lane, &sp, &j->id, &err);
-    free(ids);
-    if (st != LOOM_OK) {
-        job_unref(j); /* no lane reference after all */
-        if (st == LOOM_ERR_FULL)
-            return fail(cn, 429, "rate_limit_error", "queue_full", NULL,
-                        "too many requests waiting (%s); retry later", err.msg);
-        if (st == LOOM_ERR_STATE)
-            return fail(cn, 503, "server_error", "shutting_down", NULL,
-                        "the server is shutting down");
-        if (st == LOOM_ERR_NOMEM || st == LOOM_ERR_DEVICE)
-            return fail(cn, 500, "server_error", NULL, NULL, "%s", err.msg);
-        return fail(cn, 400, "invalid_request_error", "invalid_value", NULL,
-                    "%s", err.msg);
+    if (!failed) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(cn->c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        j->fd = ci ? (loom_socket)ci->connect_fd : (loom_socket)-1;
+        j->add_delay = (double)(loom_now_ns() - cn->t0) / 1e9;
     }
+    for (int32_t i = 0; i < n_ch && !failed; i++) {
+        srv_choice *c = &j->ch[i];
+        loom_stream_params sp;
+        memset(&sp, 0, sizeof sp);
+        sp.prompt = pids[i / n_per];
+        sp.n_prompt = pn[i / n_per];
+        sp.sample = rq->sample;
+        /* choices of one request: seeds derived from the request's, the
+         * first one the request's own */
+        if (sp.sample.has_seed)
+            sp.sample.seed += (uint64_t)i * 0x9E3779B97F4A7C15ull;
+        sp.max_tokens = max_tokens;
+        if (max_tokens > 0 && sp.n_prompt + (int64_t)max_tokens > srv->ctx)
+            sp.max_tokens = (int32_t)(srv->ctx - sp.n_prompt);
+        sp.stop = rq->n_stop ? rq->stop : NULL;
+        sp.n_stop = rq->n_stop;
+        sp.ignore_eos = rq->ignore_eos;
+        sp.no_speculation = rq->no_speculation;
+        if (rq->echo && rq->logprobs) {
+            /* the prompt's first token has no logprob: a null entry */
+            c->plp = calloc(16, sizeof *c->plp);
+            if (!c->plp) {
+                failed = 1;
+                res =
+                    fail(cn, 500, "server_error", NULL, NULL, "out of memory");
+                break;
+            }
+            c->cap_plp = 16;
+            c->n_plp = 1;
+            c->plp[0].none = 1;
+            c->plp[0].token = sp.prompt[0];
+            sp.prompt_logprobs = 1;
+        }
+        sp.cb = job_event;
+        sp.user = c;
+        /* the stream's reference, taken before its first event can drop it */
+        loom_mutex_lock(srv->mu);
+        j->refs++;
+        loom_mutex_unlock(srv->mu);
+        loom_err err;
+        /* The id and n_added are written under mu before any event of the
+         * stream can be seen: the lane delivers on its own thread only
+         * after add returns. */
+        loom_mutex_lock(j->mu);
+        loom_status st = loom_lane_add(srv->lane, &sp, &c->id, &err);
+        if (st == LOOM_OK)
+            j->n_added = i + 1;
+        loom_mutex_unlock(j->mu);
+        if (st != LOOM_OK) {
+            job_unref(j); /* no lane reference after all */
+            failed = 1;
+            job_cancel(j, 0); /* the choices already added */
+            res = lane_refused(cn, st, &err);
+        }
+    }
+    for (int32_t p = 0; p < n_prompts; p++)
+        free(pids[p]);
+    if (failed)
+        return res;
 
     if (rq->stream) {
         loom_mutex_lock(srv->mu);
@@ -675,7 +975,7 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
      * looking now and then whether the client is still there */
     loom_mutex_lock(j->mu);
     uint64_t next_check = loom_now_ns();
-    while (!j->done) {
+    while (j->n_done < j->n_added) {
         loom_cond_timedwait(j->cv, j->mu, SRV_POLL_MS);
         /* by the clock: tokens keep signalling, so timeouts may never come */
         uint64_t now = loom_now_ns();
@@ -688,26 +988,69 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
             loom_mutex_lock(j->mu);
         }
     }
-    loom_finish finish = j->finish;
     int client_gone = j->client_gone;
+    int32_t usage_prompt, usage_gen;
+    job_usage(j, &usage_prompt, &usage_gen);
     loom_mutex_unlock(j->mu);
     if (client_gone)
         return MHD_NO; /* nobody to answer */
-    if (finish == LOOM_FINISH_ERROR)
-        return fail(cn, 500, "server_error", NULL, NULL,
-                    "generation failed: %s", j->error);
-    if (finish == LOOM_FINISH_CANCELLED)
-        return fail(cn, 503, "server_error", "shutting_down", NULL,
-                    "the server stopped before the request finished");
-    srv_result r;
-    result_of(j, &r);
-    r.text = j->text.data ? j->text.data : "";
-    r.text_len = j->text.len;
-    r.lp = j->lp;
-    r.n_lp = j->n_lp;
-    r.finish = srv_finish_reason(finish);
-    return reply(cn, 200, "application/json",
-                 srv_response_json(&r, rq->logprobs, piece_of, srv->lane));
+    for (int32_t i = 0; i < n_ch; i++) {
+        if (j->ch[i].finish == LOOM_FINISH_ERROR)
+            return fail(cn, 500, "server_error", NULL, NULL,
+                        "generation failed: %s", j->ch[i].error);
+        if (j->ch[i].finish == LOOM_FINISH_CANCELLED)
+            return fail(cn, 503, "server_error", "shutting_down", NULL,
+                        "the server stopped before the request finished");
+    }
+    /* n_ch is in [1, SRV_MAX_CHOICES] (checked at parse) */
+    srv_result rs[SRV_MAX_CHOICES];
+    srv_buf texts[SRV_MAX_CHOICES];
+    memset(rs, 0, sizeof rs);
+    memset(texts, 0, sizeof texts);
+    char *body = NULL;
+    {
+        for (int32_t i = 0; i < n_ch; i++) {
+            srv_choice *c = &j->ch[i];
+            srv_result *r = &rs[i];
+            result_of(j, c, r);
+            if (kind == SRV_CHAT) {
+                srv_reply_feed(&c->reply, c->text.data ? c->text.data : "",
+                               c->text.len);
+                srv_reply_finish(&c->reply);
+                reply_result(c, r);
+            } else {
+                srv_buf_add(&texts[i], c->echo ? c->echo : "", c->echo_len);
+                srv_buf_add(&texts[i], c->text.data ? c->text.data : "",
+                            c->text.len);
+                r->text = texts[i].data ? texts[i].data : "";
+                r->text_len = texts[i].len;
+            }
+            r->lp = c->lp;
+            r->n_lp = c->n_lp;
+            if (c->plp) {
+                /* echo: the prompt's entries, then the completion's */
+                srv_token_lp *all =
+                    realloc(c->plp, (size_t)(c->n_plp + c->n_lp) * sizeof *all);
+                if (all) {
+                    if (c->n_lp)
+                        memcpy(all + c->n_plp, c->lp,
+                               (size_t)c->n_lp * sizeof *all);
+                    c->plp = all;
+                    c->cap_plp = c->n_plp + c->n_lp;
+                    r->lp = all;
+                    r->n_lp = c->n_plp + c->n_lp;
+                }
+            }
+            r->finish = choice_finish(c, c->finish);
+        }
+        body = srv_response_json(rs, n_ch, rq->logprobs, piece_of, srv->lane,
+                                 usage_prompt, usage_gen);
+    }
+    for (int32_t i = 0; i < n_ch; i++)
+        srv_buf_free(&texts[i]);
+    if (!body)
+        return fail(cn, 500, "server_error", NULL, NULL, "out of memory");
+    return reply(cn, 200, "application/json", body);
 }
 
 /* Checks the bearer key of a /v1 request; 0 when it may proceed. */
@@ -925,13 +1268,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
          * briefly so the log line says how it ended */
         if (j->cancel) {
             uint64_t end = loom_now_ns() + 2000000000ull;
-            while (!j->done && loom_now_ns() < end)
+            while (j->n_done < j->n_added && loom_now_ns() < end)
                 loom_cond_timedwait(j->cv, j->mu, SRV_POLL_MS);
         }
         e.stream = j->rq.stream;
-        e.prompt_tokens = j->n_prompt;
-        e.completion_tokens = j->n_gen;
-        e.finish = j->done ? srv_finish_reason(j->finish) : NULL;
+        job_usage(j, &e.prompt_tokens, &e.completion_tokens);
+        e.finish = j->n_added > 0 && j->n_done == j->n_added
+                       ? srv_finish_reason(j->ch[0].finish)
+                       : NULL;
         e.ttft_s = j->ttft;
         e.client_gone = j->client_gone || gone;
         loom_mutex_unlock(j->mu);
@@ -1106,6 +1450,47 @@ static char *base_name(const char *dir)
     return b;
 }
 
+/* generation_config.json's sampling defaults and max_new_tokens, as vLLM
+ * applies them to requests that leave them unset (do_sample is not read,
+ * as vLLM does not). */
+static void generation_defaults(json_t *gc, srv_defaults *d)
+{
+    memset(d, 0, sizeof *d);
+    loom_sample_params_default(&d->sample);
+    if (!json_is_object(gc))
+        return;
+    json_t *v = json_object_get(gc, "temperature");
+    if (json_is_number(v)) {
+        d->sample.temperature = (float)json_number_value(v);
+        d->set |= SRV_SET_TEMPERATURE;
+    }
+    v = json_object_get(gc, "top_p");
+    if (json_is_number(v)) {
+        d->sample.top_p = (float)json_number_value(v);
+        d->set |= SRV_SET_TOP_P;
+    }
+    v = json_object_get(gc, "top_k");
+    if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+        json_integer_value(v) <= INT32_MAX) {
+        d->sample.top_k = (int32_t)json_integer_value(v);
+        d->set |= SRV_SET_TOP_K;
+    }
+    v = json_object_get(gc, "min_p");
+    if (json_is_number(v)) {
+        d->sample.min_p = (float)json_number_value(v);
+        d->set |= SRV_SET_MIN_P;
+    }
+    v = json_object_get(gc, "repetition_penalty");
+    if (json_is_number(v) && json_number_value(v) > 0) {
+        d->sample.repeat_penalty = (float)json_number_value(v);
+        d->set |= SRV_SET_REPETITION;
+    }
+    v = json_object_get(gc, "max_new_tokens");
+    if (json_is_integer(v) && json_integer_value(v) > 0 &&
+        json_integer_value(v) <= INT32_MAX)
+        d->max_tokens = (int32_t)json_integer_value(v);
+}
+
 loom_status loom_server_load(loom_server *srv, const loom_engine_params *ep,
                              loom_err *err)
 {
@@ -1146,12 +1531,17 @@ loom_status loom_server_load(loom_server *srv, const loom_engine_params *ep,
     if (st != LOOM_OK)
         goto fail;
     if (!srv->model_name) {
-        srv->model_name = base_name(dir);
+        /* a hub id is served under that id, not the snapshot's hash */
+        srv->model_name =
+            loom_dir_exists(ep->model) ? base_name(dir) : str_dup(ep->model);
         if (!srv->model_name) {
             st = loom_err_set(err, LOOM_ERR_NOMEM, "server: out of memory");
             goto fail;
         }
     }
+    if (!srv->p.no_generation_config)
+        generation_defaults(loom_checkpoint_generation_config(engine->ckpt),
+                            &srv->defaults);
     srv->engine = engine;
     srv->tok = tok;
     srv->tpl = tpl;
@@ -1225,11 +1615,12 @@ void loom_server_stop(loom_server *srv, uint32_t drain_ms)
      * finish events and their responses complete */
     for (srv_job *j = srv->jobs; j; j = j->next) {
         loom_mutex_lock(j->mu);
-        int was = j->cancel || j->done;
+        int was = j->cancel || j->n_done == j->n_added;
         j->cancel = 1;
+        int32_t n = j->n_added;
         loom_mutex_unlock(j->mu);
-        if (!was && srv->lane)
-            loom_lane_cancel(srv->lane, j->id);
+        for (int32_t i = 0; !was && srv->lane && i < n; i++)
+            loom_lane_cancel(srv->lane, j->ch[i].id);
     }
     wait_jobs(srv, 5000);
     loom_mutex_unlock(srv->mu);

@@ -158,7 +158,7 @@ static int get_string(json_t *root, const char *key, const char **out,
     return 0;
 }
 
-static int parse_ids(json_t *arr, const char *param, srv_request *rq,
+static int parse_ids(json_t *arr, const char *param, srv_prompt_in *out,
                      srv_error *e)
 {
     size_t n = json_array_size(arr);
@@ -166,8 +166,8 @@ static int parse_ids(json_t *arr, const char *param, srv_request *rq,
         return BADVAL(param, "'%s' is empty", param);
     if (n > INT32_MAX)
         return BADVAL(param, "'%s' is too long", param);
-    rq->prompt_ids = malloc(n * sizeof *rq->prompt_ids);
-    if (!rq->prompt_ids)
+    out->ids = malloc(n * sizeof *out->ids);
+    if (!out->ids)
         return srv_error_set(e, 500, "server_error", NULL, NULL,
                              "out of memory");
     for (size_t i = 0; i < n; i++) {
@@ -179,47 +179,213 @@ static int parse_ids(json_t *arr, const char *param, srv_request *rq,
         if (id < 0 || id > INT32_MAX)
             return BADVAL(param, "'%s'[%zu] = %lld is not a token id", param, i,
                           (long long)id);
-        rq->prompt_ids[i] = (int32_t)id;
+        out->ids[i] = (int32_t)id;
     }
-    rq->n_prompt_ids = (int32_t)n;
+    out->n_ids = (int32_t)n;
     return 0;
 }
 
+static int prompt_one(json_t *p, const char *param, srv_prompt_in *out,
+                      srv_error *e)
+{
+    if (json_is_string(p)) {
+        out->text = json_string_value(p);
+        out->len = json_string_length(p);
+        if (out->len == 0)
+            return BADVAL(param, "'%s' is empty", param);
+        return 0;
+    }
+    if (!json_is_array(p))
+        return BAD(param,
+                   "'%s' must be a string or an array of token ids, not %s",
+                   param, type_name(p));
+    return parse_ids(p, param, out, e);
+}
+
+/* A prompt: a string, token ids, or an array of either (a batch: one choice
+ * per prompt). */
 static int parse_prompt(json_t *root, srv_request *rq, srv_error *e)
 {
     json_t *p = field(root, "prompt");
     if (!p)
         return BADVAL("prompt", "'prompt' is required");
-    if (json_is_string(p)) {
-        rq->prompt = json_string_value(p);
-        rq->prompt_len = json_string_length(p);
-        if (rq->prompt_len == 0)
-            return BADVAL("prompt", "'prompt' is empty");
-        return 0;
-    }
-    if (!json_is_array(p))
+    if (!json_is_string(p) && !json_is_array(p))
         return BAD("prompt",
                    "'prompt' must be a string or an array of token ids, not "
                    "%s",
                    type_name(p));
     json_t *first = json_array_get(p, 0);
-    if (first && (json_is_string(first) || json_is_array(first))) {
-        /* a batch of prompts: loom answers one prompt per request */
-        if (json_array_size(p) != 1)
-            return BADVAL("prompt",
-                          "'prompt' holds %zu prompts; one per request is "
-                          "supported",
-                          json_array_size(p));
-        if (json_is_string(first)) {
-            rq->prompt = json_string_value(first);
-            rq->prompt_len = json_string_length(first);
-            if (rq->prompt_len == 0)
-                return BADVAL("prompt", "'prompt' is empty");
-            return 0;
-        }
-        return parse_ids(first, "prompt", rq, e);
+    int batch = first && (json_is_string(first) || json_is_array(first));
+    size_t n = batch ? json_array_size(p) : 1;
+    if (n > SRV_MAX_CHOICES)
+        return BADVAL("prompt", "'prompt' holds %zu prompts; at most %d", n,
+                      SRV_MAX_CHOICES);
+    rq->prompts = calloc(n, sizeof *rq->prompts);
+    if (!rq->prompts)
+        return srv_error_set(e, 500, "server_error", NULL, NULL,
+                             "out of memory");
+    rq->n_prompts = (int32_t)n;
+    if (!batch)
+        return prompt_one(p, "prompt", &rq->prompts[0], e);
+    for (size_t i = 0; i < n; i++) {
+        char param[64];
+        snprintf(param, sizeof param, "prompt[%zu]", i);
+        json_t *x = json_array_get(p, i);
+        if (json_is_array(x) && json_is_array(json_array_get(x, 0)))
+            return BAD(param, "'%s' must be a string or token ids", param);
+        if (prompt_one(x, param, &rq->prompts[i], e))
+            return -1;
     }
-    return parse_ids(p, "prompt", rq, e);
+    return 0;
+}
+
+/* tools: [{"type": "function", "function": {"name", ...}}]; tool_choice:
+ * "none", "auto", "required" or {"type": "function", "function": {"name"}}. */
+static int parse_tools(json_t *root, srv_request *rq, srv_error *e)
+{
+    json_t *t = field(root, "tools");
+    char param[64];
+    if (t) {
+        if (!json_is_array(t))
+            return BAD("tools", "'tools' must be an array, not %s",
+                       type_name(t));
+        size_t i;
+        json_t *x;
+        json_array_foreach(t, i, x)
+        {
+            snprintf(param, sizeof param, "tools[%zu]", i);
+            const char *type = json_string_value(json_object_get(x, "type"));
+            json_t *f = json_object_get(x, "function");
+            if (!json_is_object(x) || !type || strcmp(type, "function") != 0 ||
+                !json_is_object(f))
+                return BAD(param,
+                           "'%s' must be {\"type\": \"function\", "
+                           "\"function\": {...}}",
+                           param);
+            json_t *name = json_object_get(f, "name");
+            if (!json_is_string(name) || json_string_length(name) == 0)
+                return BAD(param, "'%s'.function.name must be a string", param);
+        }
+        if (json_array_size(t) > 0)
+            rq->tools = t;
+    }
+    json_t *c = field(root, "tool_choice");
+    if (!c)
+        return 0;
+    if (json_is_string(c)) {
+        const char *v = json_string_value(c);
+        if (!strcmp(v, "none"))
+            rq->tool_choice = SRV_TOOLS_NONE;
+        else if (!strcmp(v, "auto"))
+            rq->tool_choice = SRV_TOOLS_AUTO;
+        else if (!strcmp(v, "required"))
+            rq->tool_choice = SRV_TOOLS_REQUIRED;
+        else
+            return BADVAL("tool_choice",
+                          "'tool_choice' is '%s'; expected none, auto, "
+                          "required or a named function",
+                          v);
+    } else if (json_is_object(c)) {
+        const char *name = json_string_value(
+            json_object_get(json_object_get(c, "function"), "name"));
+        if (!name)
+            return BAD("tool_choice",
+                       "'tool_choice' must name a function: {\"type\": "
+                       "\"function\", \"function\": {\"name\": ...}}");
+        rq->tool_choice = SRV_TOOLS_NAMED;
+        rq->tool_name = name;
+    } else {
+        return BAD("tool_choice",
+                   "'tool_choice' must be a string or an object, not %s",
+                   type_name(c));
+    }
+    if (rq->tool_choice != SRV_TOOLS_NONE &&
+        rq->tool_choice != SRV_TOOLS_AUTO && !rq->tools)
+        return BADVAL("tool_choice", "'tool_choice' asks for a tool call but "
+                                     "'tools' is empty");
+    if (rq->tool_choice == SRV_TOOLS_NAMED) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(rq->tools, i, x)
+        {
+            const char *n = json_string_value(
+                json_object_get(json_object_get(x, "function"), "name"));
+            if (n && !strcmp(n, rq->tool_name))
+                return 0;
+        }
+        return BADVAL("tool_choice",
+                      "'tool_choice' names '%s', which is not in 'tools'",
+                      rq->tool_name);
+    }
+    return 0;
+}
+
+/* Fields loom honours; any other is refused by name, so that a client never
+ * believes a setting took effect when it did not. */
+static const char *const COMMON_FIELDS[] = {"model",
+                                            "max_tokens",
+                                            "n",
+                                            "temperature",
+                                            "top_p",
+                                            "top_k",
+                                            "min_p",
+                                            "presence_penalty",
+                                            "frequency_penalty",
+                                            "repetition_penalty",
+                                            "seed",
+                                            "logit_bias",
+                                            "stop",
+                                            "stream",
+                                            "stream_options",
+                                            "ignore_eos",
+                                            "speculative",
+                                            "user",
+                                            "logprobs"};
+static const char *const COMPLETION_FIELDS[] = {"prompt", "echo", "best_of"};
+static const char *const CHAT_FIELDS[] = {
+    "messages",  "max_completion_tokens", "top_logprobs",
+    "tools",     "tool_choice",           "chat_template_kwargs",
+    "documents", "parallel_tool_calls"};
+
+static int listed(const char *key, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(key, list[i]))
+            return 1;
+    return 0;
+}
+
+static int check_fields(json_t *root, srv_kind kind, srv_error *e)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v)
+    {
+        if (listed(key, COMMON_FIELDS,
+                   sizeof COMMON_FIELDS / sizeof COMMON_FIELDS[0]))
+            continue;
+        if (kind == SRV_COMPLETION
+                ? listed(key, COMPLETION_FIELDS,
+                         sizeof COMPLETION_FIELDS / sizeof COMPLETION_FIELDS[0])
+                : listed(key, CHAT_FIELDS,
+                         sizeof CHAT_FIELDS / sizeof CHAT_FIELDS[0]))
+            continue;
+        /* null is what a client sends for "not set" */
+        if (json_is_null(v))
+            continue;
+        char param[64];
+        snprintf(param, sizeof param, "%s", key);
+        if (!strcmp(key, "response_format"))
+            return srv_error_set(
+                e, 400, "invalid_request_error", "unsupported_parameter", param,
+                "'response_format' is not supported: loom has no constrained "
+                "decoding yet, so it could not guarantee the format");
+        return srv_error_set(
+            e, 400, "invalid_request_error", "unsupported_parameter", param,
+            "'%s' is not supported by this server on %s", param,
+            kind == SRV_CHAT ? "/v1/chat/completions" : "/v1/completions");
+    }
+    return 0;
 }
 
 static int parse_messages(json_t *root, srv_request *rq, srv_error *e)
@@ -385,11 +551,35 @@ int srv_request_parse(srv_kind kind, const char *body, size_t len,
                              NULL, "the body must be a JSON object, not %s",
                              type_name(root));
 
+    if (check_fields(root, kind, e))
+        return -1;
     if (get_string(root, "model", &rq->model, e))
         return -1;
     if (kind == SRV_COMPLETION ? parse_prompt(root, rq, e)
                                : parse_messages(root, rq, e))
         return -1;
+    if (kind == SRV_CHAT) {
+        if (parse_tools(root, rq, e))
+            return -1;
+        json_t *kw = field(root, "chat_template_kwargs");
+        if (kw && !json_is_object(kw))
+            return BAD("chat_template_kwargs",
+                       "'chat_template_kwargs' must be an object, not %s",
+                       type_name(kw));
+        rq->template_kwargs = kw;
+        json_t *docs = field(root, "documents");
+        if (docs && !json_is_array(docs))
+            return BAD("documents", "'documents' must be an array, not %s",
+                       type_name(docs));
+        rq->documents = docs;
+        int parallel = 1;
+        if (get_bool(root, "parallel_tool_calls", &parallel, e))
+            return -1;
+        if (!parallel)
+            return BADVAL("parallel_tool_calls",
+                          "'parallel_tool_calls': false is not supported: "
+                          "loom cannot keep the model to one call");
+    }
 
     int64_t i64 = -1;
     if (get_int(root, "max_tokens", 1, INT32_MAX, &i64, e))
@@ -400,23 +590,35 @@ int srv_request_parse(srv_kind kind, const char *body, size_t len,
     rq->max_tokens = (int32_t)i64;
 
     i64 = 1;
-    if (get_int(root, "n", 1, INT32_MAX, &i64, e))
+    if (get_int(root, "n", 1, SRV_MAX_CHOICES, &i64, e))
         return -1;
-    if (i64 != 1)
-        return BADVAL("n", "'n' is %lld; loom answers n = 1", (long long)i64);
+    rq->n = (int32_t)i64;
+    int32_t prompts = kind == SRV_CHAT ? 1 : rq->n_prompts;
+    if ((int64_t)rq->n * prompts > SRV_MAX_CHOICES)
+        return BADVAL("n",
+                      "'n' is %d for %d prompts; at most %d choices in all",
+                      (int)rq->n, (int)prompts, SRV_MAX_CHOICES);
     i64 = 1;
     if (get_int(root, "best_of", 1, INT32_MAX, &i64, e))
         return -1;
     if (i64 != 1)
         return BADVAL("best_of", "'best_of' is %lld; loom answers best_of = 1",
                       (long long)i64);
-    int echo = 0;
-    if (get_bool(root, "echo", &echo, e))
+    if (get_bool(root, "echo", &rq->echo, e))
         return -1;
-    if (echo)
-        return BADVAL("echo", "'echo' is not supported");
 
     loom_sample_params *sp = &rq->sample;
+    static const struct {
+        const char *key;
+        unsigned bit;
+    } sets[] = {{"temperature", SRV_SET_TEMPERATURE},
+                {"top_p", SRV_SET_TOP_P},
+                {"top_k", SRV_SET_TOP_K},
+                {"min_p", SRV_SET_MIN_P},
+                {"repetition_penalty", SRV_SET_REPETITION}};
+    for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++)
+        if (field(root, sets[k].key))
+            rq->sample_set |= sets[k].bit;
     if (get_number(root, "temperature", 0, 2, &sp->temperature, e) ||
         get_number(root, "top_p", 0, 1, &sp->top_p, e) ||
         get_number(root, "min_p", 0, 1, &sp->min_p, e) ||
@@ -463,6 +665,7 @@ int srv_request_parse(srv_kind kind, const char *body, size_t len,
     }
     if (rq->logprobs)
         sp->n_logprobs = rq->top_logprobs;
+
     /* the sampler's own rules (the bounds above are the API's); bias ids
      * meet the vocabulary at loom_lane_add */
     const char *bad_field;
@@ -476,6 +679,9 @@ int srv_request_parse(srv_kind kind, const char *body, size_t len,
         get_bool(root, "speculative", &speculative, e))
         return -1;
     rq->no_speculation = !speculative;
+    if (rq->echo && rq->logprobs && rq->stream)
+        return BADVAL("echo", "'echo' with 'logprobs' is answered whole, "
+                              "not streamed: send it without 'stream'");
     json_t *so = field(root, "stream_options");
     if (so) {
         if (!json_is_object(so))
@@ -492,9 +698,26 @@ int srv_request_parse(srv_kind kind, const char *body, size_t len,
     return 0;
 }
 
+void srv_request_defaults(srv_request *rq, const srv_defaults *d)
+{
+    unsigned use = d->set & ~rq->sample_set;
+    if (use & SRV_SET_TEMPERATURE)
+        rq->sample.temperature = d->sample.temperature;
+    if (use & SRV_SET_TOP_P)
+        rq->sample.top_p = d->sample.top_p;
+    if (use & SRV_SET_TOP_K)
+        rq->sample.top_k = d->sample.top_k;
+    if (use & SRV_SET_MIN_P)
+        rq->sample.min_p = d->sample.min_p;
+    if (use & SRV_SET_REPETITION)
+        rq->sample.repeat_penalty = d->sample.repeat_penalty;
+}
+
 void srv_request_free(srv_request *rq)
 {
-    free(rq->prompt_ids);
+    for (int32_t i = 0; i < rq->n_prompts; i++)
+        free(rq->prompts[i].ids);
+    free(rq->prompts);
     free(rq->bias);
     json_decref(rq->root);
     memset(rq, 0, sizeof *rq);
@@ -569,6 +792,30 @@ static json_t *chat_logprobs(const srv_result *r, srv_piece_fn piece, void *ctx)
     return lp;
 }
 
+/* A top_logprobs key: the token's text; bytes that are not whole UTF-8
+ * (which would all read U+FFFD and collide) are written "bytes:\\xNN..."
+ * as OpenAI writes them, and a key taken already by another token is
+ * "token_id:N", so that every asked entry comes back. */
+static void top_key(srv_piece_fn piece, void *ctx, int32_t token, json_t *taken,
+                    char *key, size_t cap)
+{
+    size_t n = 0;
+    const char *s = piece ? piece(ctx, token, &n) : NULL;
+    if (!s)
+        n = 0;
+    if (n < cap && loom_utf8_check(s, n) == n && memchr(s, 0, n) == NULL) {
+        memcpy(key, s, n);
+        key[n] = 0;
+    } else {
+        size_t o = (size_t)snprintf(key, cap, "bytes:");
+        for (size_t i = 0; i < n && o + 5 < cap; i++)
+            o += (size_t)snprintf(key + o, cap - o, "\\x%02x",
+                                  (unsigned char)s[i]);
+    }
+    if (json_object_get(taken, key))
+        snprintf(key, cap, "token_id:%d", (int)token);
+}
+
 /* Completions: {tokens, token_logprobs, top_logprobs, text_offset}. */
 static json_t *completion_logprobs(const srv_result *r, srv_piece_fn piece,
                                    void *ctx, size_t offset0)
@@ -583,13 +830,17 @@ static json_t *completion_logprobs(const srv_result *r, srv_piece_fn piece,
         json_array_append_new(tokens, piece_json(piece, ctx, t->token, &s, &n));
         json_array_append_new(offs, json_integer((json_int_t)off));
         off += n;
+        if (t->none) {
+            json_array_append_new(lps, json_null());
+            json_array_append_new(tops, json_null());
+            continue;
+        }
         json_array_append_new(lps, json_real(t->logprob));
         json_t *top = json_object();
         for (int32_t k = 0; k < t->n_top; k++) {
-            json_t *key = piece_json(piece, ctx, t->top[k].token, &s, &n);
-            json_object_set_new(top, json_string_value(key),
-                                json_real(t->top[k].logprob));
-            json_decref(key);
+            char key[160];
+            top_key(piece, ctx, t->top[k].token, top, key, sizeof key);
+            json_object_set_new(top, key, json_real(t->top[k].logprob));
         }
         json_array_append_new(tops, top);
     }
@@ -624,74 +875,104 @@ static json_t *envelope(const srv_result *r, const char *object)
     return o;
 }
 
-char *srv_response_json(const srv_result *r, int logprobs, srv_piece_fn piece,
-                        void *piece_ctx)
+static json_t *logprobs_json(const srv_result *r, int logprobs,
+                             srv_piece_fn piece, void *ctx)
+{
+    if (!logprobs || r->n_lp == 0)
+        return json_null();
+    return r->kind == SRV_CHAT ? chat_logprobs(r, piece, ctx)
+                               : completion_logprobs(r, piece, ctx, 0);
+}
+
+static json_t *message_json(const srv_result *r)
+{
+    json_t *msg = json_object();
+    json_object_set_new(msg, "role", json_string("assistant"));
+    int calls = r->tool_calls && json_array_size(r->tool_calls) > 0;
+    /* OpenAI: a message that only calls tools has null content */
+    json_object_set_new(
+        msg, "content",
+        calls && r->text_len == 0
+            ? json_null()
+            : srv_json_text(r->text ? r->text : "", r->text_len));
+    if (r->reasoning)
+        json_object_set_new(msg, "reasoning_content",
+                            srv_json_text(r->reasoning, r->reasoning_len));
+    if (calls)
+        json_object_set(msg, "tool_calls", r->tool_calls);
+    return msg;
+}
+
+char *srv_response_json(const srv_result *r, int32_t n_results, int logprobs,
+                        srv_piece_fn piece, void *piece_ctx,
+                        int32_t prompt_tokens, int32_t completion_tokens)
 {
     int chat = r->kind == SRV_CHAT;
     json_t *o = envelope(r, chat ? "chat.completion" : "text_completion");
-    json_t *choice = json_object();
-    json_object_set_new(choice, "index", json_integer(0));
-    json_t *text = srv_json_text(r->text ? r->text : "", r->text_len);
-    if (chat) {
-        json_t *msg = json_object();
-        json_object_set_new(msg, "role", json_string("assistant"));
-        json_object_set_new(msg, "content", text);
-        json_object_set_new(choice, "message", msg);
-    } else {
-        json_object_set_new(choice, "text", text);
-    }
-    json_object_set_new(choice, "logprobs",
-                        !logprobs ? json_null()
-                        : chat    ? chat_logprobs(r, piece, piece_ctx)
-                               : completion_logprobs(r, piece, piece_ctx, 0));
-    json_object_set_new(choice, "finish_reason",
-                        r->finish ? json_string(r->finish) : json_null());
     json_t *choices = json_array();
-    json_array_append_new(choices, choice);
+    for (int32_t i = 0; i < n_results; i++) {
+        const srv_result *c = &r[i];
+        json_t *choice = json_object();
+        json_object_set_new(choice, "index", json_integer(c->index));
+        if (chat)
+            json_object_set_new(choice, "message", message_json(c));
+        else
+            json_object_set_new(
+                choice, "text",
+                srv_json_text(c->text ? c->text : "", c->text_len));
+        json_object_set_new(choice, "logprobs",
+                            !logprobs ? json_null()
+                            : chat
+                                ? chat_logprobs(c, piece, piece_ctx)
+                                : completion_logprobs(c, piece, piece_ctx, 0));
+        json_object_set_new(choice, "finish_reason",
+                            c->finish ? json_string(c->finish) : json_null());
+        json_array_append_new(choices, choice);
+    }
     json_object_set_new(o, "choices", choices);
-    json_object_set_new(o, "usage", usage_json(r));
+    srv_result u = *r;
+    u.prompt_tokens = prompt_tokens;
+    u.completion_tokens = completion_tokens;
+    json_object_set_new(o, "usage", usage_json(&u));
     char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER |
                                 JSON_REAL_PRECISION(9));
     json_decref(o);
     return s;
 }
 
-int srv_chunk_sse(srv_buf *out, const srv_result *r, int logprobs,
-                  srv_piece_fn piece, void *piece_ctx, int role_chunk,
-                  int usage_chunk)
+/* A stream's tool_calls delta: for each new call, one entry with its id,
+ * type and name (arguments empty), then one with the arguments, as OpenAI
+ * streams them. */
+static json_t *call_deltas(const srv_result *r, int args_part)
 {
-    int chat = r->kind == SRV_CHAT;
-    json_t *o = envelope(r, chat ? "chat.completion.chunk" : "text_completion");
-    json_t *choices = json_array();
-    if (!usage_chunk) {
-        json_t *choice = json_object();
-        json_object_set_new(choice, "index", json_integer(0));
-        if (chat) {
-            json_t *delta = json_object();
-            if (role_chunk)
-                json_object_set_new(delta, "role", json_string("assistant"));
-            if (role_chunk || r->text_len > 0 || !r->finish)
-                json_object_set_new(
-                    delta, "content",
-                    srv_json_text(r->text ? r->text : "", r->text_len));
-            json_object_set_new(choice, "delta", delta);
+    json_t *out = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(r->tool_calls, i, c)
+    {
+        json_t *f = json_object_get(c, "function");
+        json_t *d = json_object();
+        json_object_set_new(d, "index",
+                            json_integer((json_int_t)r->first_call + (int)i));
+        if (!args_part) {
+            json_object_set(d, "id", json_object_get(c, "id"));
+            json_object_set_new(d, "type", json_string("function"));
+            json_object_set_new(d, "function",
+                                json_pack("{s:O, s:s}", "name",
+                                          json_object_get(f, "name"),
+                                          "arguments", ""));
         } else {
-            json_object_set_new(
-                choice, "text",
-                srv_json_text(r->text ? r->text : "", r->text_len));
+            json_object_set_new(d, "function",
+                                json_pack("{s:O}", "arguments",
+                                          json_object_get(f, "arguments")));
         }
-        json_object_set_new(choice, "logprobs",
-                            !logprobs || r->n_lp == 0 ? json_null()
-                            : chat
-                                ? chat_logprobs(r, piece, piece_ctx)
-                                : completion_logprobs(r, piece, piece_ctx, 0));
-        json_object_set_new(choice, "finish_reason",
-                            r->finish ? json_string(r->finish) : json_null());
-        json_array_append_new(choices, choice);
+        json_array_append_new(out, d);
     }
-    json_object_set_new(o, "choices", choices);
-    if (usage_chunk)
-        json_object_set_new(o, "usage", usage_json(r));
+    return out;
+}
+
+static int sse_event(srv_buf *out, json_t *o)
+{
     char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER |
                                 JSON_REAL_PRECISION(9));
     json_decref(o);
@@ -705,27 +986,92 @@ int srv_chunk_sse(srv_buf *out, const srv_result *r, int logprobs,
     return rc;
 }
 
-static json_t *model_object(const char *model, int64_t created)
+int srv_chunk_sse(srv_buf *out, const srv_result *r, int logprobs,
+                  srv_piece_fn piece, void *piece_ctx, int role_chunk,
+                  int usage_chunk)
+{
+    int chat = r->kind == SRV_CHAT;
+    const char *object = chat ? "chat.completion.chunk" : "text_completion";
+    if (usage_chunk) {
+        json_t *o = envelope(r, object);
+        json_object_set_new(o, "choices", json_array());
+        json_object_set_new(o, "usage", usage_json(r));
+        return sse_event(out, o);
+    }
+    int calls = chat && r->tool_calls && json_array_size(r->tool_calls) > 0;
+    int rc = 0;
+    /* tool calls go in chunks of their own, after the text of this one */
+    for (int part = 0; part < (calls ? 3 : 1) && rc == 0; part++) {
+        if (part == 0 && calls && !role_chunk && r->text_len == 0 &&
+            !r->reasoning_len && r->n_lp == 0)
+            continue;
+        json_t *o = envelope(r, object);
+        json_t *choice = json_object();
+        json_object_set_new(choice, "index", json_integer(r->index));
+        if (chat) {
+            json_t *delta = json_object();
+            if (part > 0) {
+                json_object_set_new(delta, "tool_calls",
+                                    call_deltas(r, part == 2));
+            } else {
+                if (role_chunk)
+                    json_object_set_new(delta, "role",
+                                        json_string("assistant"));
+                if (r->reasoning_len > 0)
+                    json_object_set_new(
+                        delta, "reasoning_content",
+                        srv_json_text(r->reasoning, r->reasoning_len));
+                if (role_chunk || r->text_len > 0 ||
+                    (!r->finish && !r->reasoning_len))
+                    json_object_set_new(
+                        delta, "content",
+                        srv_json_text(r->text ? r->text : "", r->text_len));
+            }
+            json_object_set_new(choice, "delta", delta);
+        } else {
+            json_object_set_new(
+                choice, "text",
+                srv_json_text(r->text ? r->text : "", r->text_len));
+        }
+        int last = part == (calls ? 2 : 0);
+        json_object_set_new(choice, "logprobs",
+                            part == 0
+                                ? logprobs_json(r, logprobs, piece, piece_ctx)
+                                : json_null());
+        json_object_set_new(choice, "finish_reason",
+                            last && r->finish ? json_string(r->finish)
+                                              : json_null());
+        json_t *choices = json_array();
+        json_array_append_new(choices, choice);
+        json_object_set_new(o, "choices", choices);
+        rc = sse_event(out, o);
+    }
+    return rc;
+}
+
+static json_t *model_object(const char *model, int64_t created, int64_t max_len)
 {
     json_t *m = json_object();
     json_object_set_new(m, "id", srv_json_text(model, strlen(model)));
     json_object_set_new(m, "object", json_string("model"));
     json_object_set_new(m, "created", json_integer(created));
     json_object_set_new(m, "owned_by", json_string("loom"));
+    json_object_set_new(m, "root", srv_json_text(model, strlen(model)));
+    json_object_set_new(m, "max_model_len", json_integer(max_len));
     return m;
 }
 
-char *srv_model_json(const char *model, int64_t created)
+char *srv_model_json(const char *model, int64_t created, int64_t max_len)
 {
-    json_t *m = model_object(model, created);
+    json_t *m = model_object(model, created, max_len);
     char *s = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(m);
     return s;
 }
 
-char *srv_models_json(const char *model, int64_t created)
+char *srv_models_json(const char *model, int64_t created, int64_t max_len)
 {
-    json_t *m = model_object(model, created);
+    json_t *m = model_object(model, created, max_len);
     json_t *data = json_array();
     json_array_append_new(data, m);
     json_t *o = json_object();

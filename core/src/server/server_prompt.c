@@ -1,11 +1,8 @@
-/* Prompt ids for chat requests: the checkpoint's chat template rendered so
- * that only the template's own text may hold special tokens.
- *
- * Each message's content is swapped for a placeholder before rendering; the
- * rendered text is then encoded piece by piece: the template's pieces with
- * special tokens recognised, each content as plain text. So a user who types
- * "<|im_start|>system" gets those characters as ordinary tokens, and cannot
- * open a turn of their own. */
+/* Prompt ids for chat requests: OpenAI's messages, tools and template
+ * arguments given to the checkpoint's chat template as Hugging Face's
+ * apply_chat_template sees them (vLLM's conventions where OpenAI's shape
+ * and the templates' differ), then rendered and tokenized by
+ * loom_chat_prompt, the same path as `loom run --chat`. */
 #include "server_prompt.h"
 
 #include <stdlib.h>
@@ -70,56 +67,93 @@ static int content_text(json_t *content, srv_buf *out)
     return 0;
 }
 
-static int append_ids(int32_t **ids, int32_t *n, size_t *cap,
-                      const int32_t *add, size_t k)
+/* An assistant's tool_calls for the template: OpenAI's shape, with each
+ * arguments string parsed into an object, as templates write them with
+ * tojson (vLLM does the same). */
+static int template_calls(json_t *m, size_t i, srv_error *e)
 {
-    if ((size_t)*n + k > INT32_MAX)
-        return -1;
-    if ((size_t)*n + k > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < (size_t)*n + k)
-            c *= 2;
-        int32_t *p = realloc(*ids, c * sizeof *p);
-        if (!p)
-            return -1;
-        *ids = p;
-        *cap = c;
+    json_t *calls = json_object_get(m, "tool_calls");
+    if (!calls || json_is_null(calls)) {
+        json_object_del(m, "tool_calls");
+        return 0;
     }
-    if (k)
-        memcpy(*ids + *n, add, k * sizeof *add);
-    *n += (int32_t)k;
+    char param[64];
+    snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+    if (!json_is_array(calls))
+        return srv_error_set(e, 400, "invalid_request_error", "invalid_type",
+                             param, "'%s' must be an array", param);
+    size_t k;
+    json_t *c;
+    json_array_foreach(calls, k, c)
+    {
+        json_t *f = json_object_get(c, "function");
+        if (!json_is_object(c) || !json_is_object(f) ||
+            !json_is_string(json_object_get(f, "name")))
+            return srv_error_set(e, 400, "invalid_request_error",
+                                 "invalid_type", param,
+                                 "'%s'[%zu] must be {\"id\", \"type\": "
+                                 "\"function\", \"function\": {\"name\", "
+                                 "\"arguments\"}}",
+                                 param, k);
+        json_t *args = json_object_get(f, "arguments");
+        if (json_is_string(args)) {
+            json_t *obj = json_loads(json_string_value(args), 0, NULL);
+            if (json_is_object(obj))
+                json_object_set_new(f, "arguments", obj);
+            else
+                json_decref(obj);
+        }
+    }
     return 0;
 }
 
-static int encode_into(const loom_tokenizer *tok, const char *s, size_t len,
-                       int special, int32_t **ids, int32_t *n, size_t *cap,
-                       srv_error *e)
+/* The messages as the template reads them: content a string (text parts
+ * joined by "\n", null as ""), tool calls as template_calls makes them. */
+static json_t *template_messages(json_t *messages, srv_error *e)
 {
-    if (len == 0)
-        return 0;
-    int32_t *part = NULL;
-    size_t k = 0;
-    loom_err err;
-    if (loom_tokenizer_encode(tok, s, len, special, &part, &k, &err) != LOOM_OK)
-        return srv_error_set(e, 400, "invalid_request_error", "invalid_value",
-                             "messages", "messages: %s", err.msg);
-    int rc = append_ids(ids, n, cap, part, k);
-    free(part);
-    if (rc)
-        return srv_error_set(e, 500, "server_error", NULL, NULL,
-                             "out of memory");
-    return 0;
+    json_t *msgs = json_deep_copy(messages);
+    if (!msgs) {
+        srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m)
+    {
+        json_t *content = json_object_get(m, "content");
+        if (!json_is_string(content)) {
+            srv_buf text = {0};
+            if ((content && !json_is_null(content) &&
+                 content_text(content, &text) != 0) ||
+                json_object_set_new(
+                    m, "content",
+                    json_stringn(text.data ? text.data : "", text.len)) != 0) {
+                srv_buf_free(&text);
+                json_decref(msgs);
+                srv_error_set(e, 500, "server_error", NULL, NULL,
+                              "out of memory");
+                return NULL;
+            }
+            srv_buf_free(&text);
+        }
+        if (template_calls(m, i, e) != 0) {
+            json_decref(msgs);
+            return NULL;
+        }
+    }
+    return msgs;
 }
 
 int srv_chat_prompt(const loom_tokenizer *tok, const loom_chat_template *tpl,
-                    json_t *messages, int32_t **ids_out, int32_t *n_out,
-                    srv_error *e)
+                    const srv_request *rq, int32_t **ids_out, int32_t *n_out,
+                    char **rendered, srv_error *e)
 {
     if (!tpl)
         return srv_error_set(e, 400, "invalid_request_error",
                              "no_chat_template", "messages",
                              "this model has no chat template; use "
                              "/v1/completions");
+    json_t *messages = rq->messages;
     size_t n_msg = json_array_size(messages);
     for (size_t i = 0; i < n_msg; i++) {
         const char *role = json_string_value(
@@ -134,85 +168,43 @@ int srv_chat_prompt(const loom_tokenizer *tok, const loom_chat_template *tpl,
                                  param, role);
         }
     }
-
-    /* Placeholders: private-use characters around a per-call nonce and the
-     * message index, text no template changes (no spaces to trim, no
-     * markup) and no client can predict. */
-    char open_mark[48];
-    snprintf(open_mark, sizeof open_mark,
-             "\xEE\x80\x80%llx:", (unsigned long long)loom_now_ns());
-    static const char close_mark[] = "\xEE\x80\x81";
-    json_t *msgs = json_deep_copy(messages);
-    srv_buf *texts = calloc(n_msg ? n_msg : 1, sizeof *texts);
-    char *rendered = NULL;
-    int32_t *ids = NULL, n = 0;
-    size_t cap = 0;
-    int rc = -1;
-    if (!msgs || !texts) {
-        srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < n_msg; i++) {
-        json_t *m = json_array_get(msgs, i);
-        json_t *content = json_object_get(m, "content");
-        if (!content || json_is_null(content))
-            continue;
-        char mark[96];
-        snprintf(mark, sizeof mark, "%s%zu%s", open_mark, i, close_mark);
-        if (content_text(content, &texts[i]) != 0 ||
-            json_object_set_new(m, "content", json_string(mark)) != 0) {
-            srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-            goto done;
-        }
-    }
+    json_t *msgs = template_messages(messages, e);
+    if (!msgs)
+        return -1;
+    /* template arguments: chat_template_kwargs, then tools (none with
+     * tool_choice "none") and documents */
+    json_t *extra = rq->template_kwargs ? json_deep_copy(rq->template_kwargs)
+                                        : json_object();
+    if (extra && rq->tools && rq->tool_choice != SRV_TOOLS_NONE)
+        json_object_set(extra, "tools", rq->tools);
+    if (extra && rq->documents)
+        json_object_set(extra, "documents", rq->documents);
+    int32_t *ids = NULL;
+    size_t n = 0;
     loom_err err;
-    loom_status st =
-        loom_chat_template_render(tpl, msgs, 1, NULL, &rendered, &err);
-    if (st != LOOM_OK) {
-        srv_error_set(e, st == LOOM_ERR_NOMEM ? 500 : 400,
-                      st == LOOM_ERR_NOMEM ? "server_error"
-                                           : "invalid_request_error",
-                      "template_error", "messages",
-                      "the chat template refused the messages: %s", err.msg);
-        goto done;
-    }
-    size_t open_len = strlen(open_mark), close_len = sizeof close_mark - 1;
-    const char *p = rendered;
-    for (;;) {
-        const char *m = strstr(p, open_mark);
-        if (encode_into(tok, p, m ? (size_t)(m - p) : strlen(p), 1, &ids, &n,
-                        &cap, e) != 0)
-            goto done;
-        if (!m)
-            break;
-        char *end = NULL;
-        unsigned long idx = strtoul(m + open_len, &end, 10);
-        if (idx >= n_msg || strncmp(end, close_mark, close_len) != 0) {
-            srv_error_set(e, 500, "server_error", NULL, NULL,
-                          "chat template output is garbled");
-            goto done;
+    loom_status st = extra
+                         ? loom_chat_prompt(tpl, tok, msgs, 1, extra, rendered,
+                                            &ids, &n, &err)
+                         : loom_err_set(&err, LOOM_ERR_NOMEM, "out of memory");
+    json_decref(extra);
+    json_decref(msgs);
+    if (st != LOOM_OK)
+        return srv_error_set(
+            e, st == LOOM_ERR_NOMEM ? 500 : 400,
+            st == LOOM_ERR_NOMEM ? "server_error" : "invalid_request_error",
+            "template_error", "messages",
+            "the chat template refused the messages: %s", err.msg);
+    if (n == 0 || n > INT32_MAX) {
+        free(ids);
+        if (rendered) {
+            free(*rendered);
+            *rendered = NULL;
         }
-        if (encode_into(tok, texts[idx].data ? texts[idx].data : "",
-                        texts[idx].len, 0, &ids, &n, &cap, e) != 0)
-            goto done;
-        p = end + close_len;
-    }
-    if (n == 0) {
-        srv_error_set(e, 400, "invalid_request_error", "invalid_value",
-                      "messages", "the messages render to an empty prompt");
-        goto done;
+        return srv_error_set(e, 400, "invalid_request_error", "invalid_value",
+                             "messages", "the messages render to %zu tokens",
+                             n);
     }
     *ids_out = ids;
-    *n_out = n;
-    ids = NULL;
-    rc = 0;
-done:
-    free(ids);
-    free(rendered);
-    if (texts)
-        for (size_t i = 0; i < n_msg; i++)
-            srv_buf_free(&texts[i]);
-    free(texts);
-    json_decref(msgs);
-    return rc;
+    *n_out = (int32_t)n;
+    return 0;
 }

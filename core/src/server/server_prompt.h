@@ -1,5 +1,6 @@
 /* Prompt ids of chat requests (server_prompt.c): the checkpoint's chat
- * template rendered so only its own text may hold special tokens. */
+ * template rendered with the request's messages, tools and template
+ * arguments, tokenized as transformers does. */
 #ifndef LOOM_SERVER_PROMPT_H
 #define LOOM_SERVER_PROMPT_H
 
@@ -17,11 +18,12 @@ loom_status srv_chat_template_open(const loom_checkpoint *ckpt,
                                    const loom_tokenizer *tok,
                                    loom_chat_template **out, loom_err *err);
 void srv_chat_template_free(loom_chat_template *tpl);
-/* The prompt ids of chat messages: the template rendered with a generation
- * prompt, where only what the template itself writes may become special
- * tokens; message content is always encoded as plain text. Returns 0, or -1
- * with e filled. */
+/* The prompt ids of a chat request: the template rendered with a
+ * generation prompt and tokenized as apply_chat_template(tokenize=True)
+ * does. *rendered (may be NULL) gets the text. Returns 0, or -1 with e
+ * filled. */
 int srv_chat_prompt(const loom_tokenizer *tok, const loom_chat_template *tpl,
-                    json_t *messages, int32_t **ids, int32_t *n, srv_error *e);
+                    const srv_request *rq, int32_t **ids, int32_t *n,
+                    char **rendered, srv_error *e);
 
 #endif
