@@ -21,6 +21,9 @@ typedef struct loom_engine_params {
     int32_t max_rows;    /* 0: 512 */
 } loom_engine_params;
 
+/* engine->pin when the family copied its weights out of the mapping. */
+#define LOOM_ENGINE_PIN_FAMILY_COPY (-1)
+
 typedef struct loom_engine {
     loom_pool *pool;
     loom_host_state hs;
@@ -33,6 +36,10 @@ typedef struct loom_engine {
     const struct loom_cuda *cuda;
     loom_model *model;
     loom_model_info info;
+    /* How the weights were kept resident (a loom_pin_kind, or
+     * LOOM_ENGINE_PIN_FAMILY_COPY), and the bytes pinned. */
+    int pin;
+    uint64_t pin_bytes;
 } loom_engine;
 
 loom_status loom_engine_open(const loom_engine_params *params,
