@@ -168,28 +168,6 @@ static int64_t q35_conv_blocks(const q35_geometry *g)
     return 2 * g->lin_k_heads + g->lin_v_heads;
 }
 
-/* The causal conv step of loom_cpu_conv_step (same operations, in the same
- * order) over channels [c0, c0 + n) of a tail whose rows are `cd` wide. */
-static void q35_conv_slice(float *out, const float *x, float *tail,
-                           const float *w, int64_t c0, int64_t n, int64_t cd,
-                           int64_t kernel)
-{
-    int64_t kt = kernel - 1;
-    for (int64_t c = c0; c < c0 + n; c++) {
-        const float *wc = w + c * kernel;
-        float xc = x[c];
-        float s = 0.0f;
-        for (int64_t j = 0; j < kt; j++)
-            s += wc[j] * tail[j * cd + c];
-        s += wc[kt] * xc;
-        for (int64_t j = 0; j + 1 < kt; j++)
-            tail[j * cd + c] = tail[(j + 1) * cd + c];
-        if (kt > 0)
-            tail[(kt - 1) * cd + c] = xc;
-        out[c] = s;
-    }
-}
-
 /* Per (stream, channel block), rows in order: the block's part of the conv
  * tail's snapshot at a window's first row, the causal conv over the tail,
  * SiLU, and the l2 norms of q and k heads. */
@@ -221,8 +199,8 @@ static void LOOM_ABI q35_gdn_conv_task(void *ctx, int64_t begin, int64_t end)
                     memcpy(snap + r * cd + c0, tl + r * cd + c0,
                            (size_t)n * sizeof(float));
             }
-            q35_conv_slice(y, s->big0 + t * cd, tl, j->L->conv_w, c0, n, cd,
-                           g->conv_kernel);
+            loom_cpu_conv_step_range(y, s->big0 + t * cd, tl, j->L->conv_w,
+                                     NULL, c0, n, cd, g->conv_kernel);
             loom_cpu_silu_inplace(y + c0, n);
             if (b < Hk) {
                 loom_cpu_l2norm(y + c0, dk, 1e-6f);
