@@ -38,6 +38,9 @@ typedef enum loom_pin_kind {
  * anonymous transparent huge pages moved onto the mapping's own addresses
  * (pointers into it stay valid). */
 loom_pin_kind loom_map_pin(loom_map *map, loom_err *err);
+/* The copy loom_map_pin falls back on: the mapping's bytes moved into
+ * anonymous memory at the same addresses (read-only, huge pages asked for). */
+loom_status loom_map_to_anon(loom_map *map, loom_err *err);
 const char *loom_pin_name(loom_pin_kind kind);
 /* Physical memory in bytes (0 when unknown). */
 uint64_t loom_mem_total(void);

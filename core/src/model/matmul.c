@@ -16,6 +16,10 @@
 #define LOOM_HAVE_AVX2_PATH 1
 #endif
 
+/* Typed rows are prefetched this far ahead of the loads, one line per 32
+ * columns: on the 16-core Xeon host one decode thread went from 8.98 to
+ * 9.62 GB/s of weights with it (loom bench, 0.8B BF16). */
+#define PF_BYTES 1024
 /* Rows converted to float32 together when several tokens share a call, so
  * the tokens are read once per tile rather than once per row. */
 #define TILE_ROWS 16
@@ -163,6 +167,50 @@ KERN_NT(W_F32)
 KERN_NT(W_BF16)
 KERN_NT(W_F16)
 
+/* One token over four typed rows at once, each row's a and b filled as
+ * kern_avx2 fills them for one token: four rows' loads in flight and eight
+ * independent chains. Lanes go to acc[16 r ...] as a then b. */
+AVX2_INLINE void dec4_avx2(const void *const *w, int type, const float *x,
+                           int64_t c16, float *acc)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (int64_t i = 0; i < c16; i += 16) {
+        __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+        if (type != W_F32 && (i & 31) == 0)
+            for (int r = 0; r < 4; r++)
+                _mm_prefetch((const char *)w[r] + 2 * i + PF_BYTES,
+                             _MM_HINT_T0);
+        a0 = _mm256_fmadd_ps(load_w8(w[0], i, type), x0, a0);
+        b0 = _mm256_fmadd_ps(load_w8(w[0], i + 8, type), x1, b0);
+        a1 = _mm256_fmadd_ps(load_w8(w[1], i, type), x0, a1);
+        b1 = _mm256_fmadd_ps(load_w8(w[1], i + 8, type), x1, b1);
+        a2 = _mm256_fmadd_ps(load_w8(w[2], i, type), x0, a2);
+        b2 = _mm256_fmadd_ps(load_w8(w[2], i + 8, type), x1, b2);
+        a3 = _mm256_fmadd_ps(load_w8(w[3], i, type), x0, a3);
+        b3 = _mm256_fmadd_ps(load_w8(w[3], i + 8, type), x1, b3);
+    }
+    _mm256_storeu_ps(acc, a0);
+    _mm256_storeu_ps(acc + 8, b0);
+    _mm256_storeu_ps(acc + 16, a1);
+    _mm256_storeu_ps(acc + 24, b1);
+    _mm256_storeu_ps(acc + 32, a2);
+    _mm256_storeu_ps(acc + 40, b2);
+    _mm256_storeu_ps(acc + 48, a3);
+    _mm256_storeu_ps(acc + 56, b3);
+}
+
+#define DEC4_FN(type)                                                          \
+    AVX2 static void dec4_##type(const void *const *w, const float *x,         \
+                                 int64_t c16, float *acc)                      \
+    {                                                                          \
+        dec4_avx2(w, type, x, c16, acc);                                       \
+    }
+DEC4_FN(W_F32)
+DEC4_FN(W_BF16)
+DEC4_FN(W_F16)
+#undef DEC4_FN
+
 static int have_avx2(void)
 {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -193,10 +241,6 @@ static int have_avx2(void)
 /* Rows converted to float32 per block, and columns per pass of a tile. */
 #define MC 64
 #define KC 512
-/* Typed rows are prefetched this far ahead of the loads, one line per 32
- * columns: on the 16-core Xeon host one decode thread went from 8.98 to
- * 9.62 GB/s of weights with it (loom bench, 0.8B BF16). */
-#define PF_BYTES 1024
 
 AVX512_INLINE __m512 load_w16(const void *w, int64_t i, int type)
 {
@@ -354,13 +398,32 @@ static void mm_rows_avx2(const struct mm_job *j, int64_t r0, int64_t r1)
 
     /* One token on the AVX2 path reads typed rows in place: decode is bound
      * by how fast the weights stream in. */
+#ifdef LOOM_HAVE_AVX2_PATH
     if (j->n_tok == 1 && j->isa >= LOOM_MM_AVX2 && type >= 0) {
-        size_t es = elem_size(type);
-        for (int64_t r = r0; r < r1; r++)
-            kern(j, (const char *)w->data + (size_t)r * cols * es, type, j->x,
-                 1, j->y + r);
+        const size_t rb = (size_t)cols * elem_size(type);
+        const int64_t c16 = cols & ~(int64_t)15;
+        float acc[4 * 16];
+        for (int64_t r = r0; r < r1; r += 4) {
+            int nr = (int)(r1 - r < 4 ? r1 - r : 4);
+            /* a short last pass repeats its last row; the copies are
+             * dropped */
+            const void *wr[4];
+            for (int k = 0; k < 4; k++)
+                wr[k] = (const char *)w->data +
+                        (size_t)(r + (k < nr ? k : nr - 1)) * rb;
+            if (type == W_BF16)
+                dec4_W_BF16(wr, j->x, c16, acc);
+            else if (type == W_F16)
+                dec4_W_F16(wr, j->x, c16, acc);
+            else
+                dec4_W_F32(wr, j->x, c16, acc);
+            for (int k = 0; k < nr; k++)
+                j->y[r + k] =
+                    row_total(acc + 16 * k, wr[k], type, j->x, c16, cols);
+        }
         return;
     }
+#endif
     float *buf = NULL;
     if (type != W_F32) {
         buf = malloc(sizeof(float) * (size_t)cols * TILE_ROWS);

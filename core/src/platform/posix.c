@@ -128,32 +128,46 @@ static void *map_like(const void *like, size_t n)
     return q;
 }
 
+loom_status loom_map_to_anon(loom_map *map, loom_err *err)
+{
+    void *base = (void *)map->data;
+    size_t n = (size_t)map->size;
+#if defined(__linux__) && defined(MREMAP_FIXED)
+    void *copy = map_like(base, n);
+    if (!copy)
+        return loom_err_set(err, LOOM_ERR_NOMEM,
+                            "no memory for a %zu-byte copy of the mapping", n);
+#ifdef MADV_HUGEPAGE
+    madvise(copy, n, MADV_HUGEPAGE);
+#endif
+    memcpy(copy, base, n);
+    if (mprotect(copy, n, PROT_READ) == 0 &&
+        mremap(copy, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, base) == base)
+        return LOOM_OK;
+    int e = errno;
+    munmap(copy, n);
+    return loom_err_set(err, LOOM_ERR_IO, "moving a copy of the mapping: %s",
+                        strerror(e));
+#else
+    (void)base;
+    return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                        "no mremap here: a %zu-byte mapping stays as it is", n);
+#endif
+}
+
 loom_pin_kind loom_map_pin(loom_map *map, loom_err *err)
 {
     if (!map || !map->data)
         return LOOM_PIN_NONE;
-    void *base = (void *)map->data;
-    size_t n = (size_t)map->size;
-    if (mlock(base, n) == 0)
+    if (mlock(map->data, (size_t)map->size) == 0)
         return LOOM_PIN_MLOCK;
     int e_lock = errno;
-#if defined(__linux__) && defined(MREMAP_FIXED)
-    void *copy = map_like(base, n);
-    if (copy) {
-#ifdef MADV_HUGEPAGE
-        madvise(copy, n, MADV_HUGEPAGE);
-#endif
-        memcpy(copy, base, n);
-        if (mprotect(copy, n, PROT_READ) == 0 &&
-            mremap(copy, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, base) == base)
-            return LOOM_PIN_HUGE_COPY;
-        munmap(copy, n);
-    }
-#endif
+    loom_err cerr;
+    if (loom_map_to_anon(map, &cerr) == LOOM_OK)
+        return LOOM_PIN_HUGE_COPY;
     loom_err_set(err, LOOM_ERR_IO,
-                 "mlock of %llu bytes: %s (raise the memlock limit); no "
-                 "memory for a copy either",
-                 (unsigned long long)n, strerror(e_lock));
+                 "mlock of %llu bytes: %s (raise the memlock limit); %s",
+                 (unsigned long long)map->size, strerror(e_lock), cerr.msg);
     return LOOM_PIN_NONE;
 }
 
