@@ -338,20 +338,26 @@ static int have_avx512(void)
 }
 #endif
 
+#ifdef LOOM_HAVE_AVX2_PATH
 /* The row total kern_avx2's FINISH forms from a (row, token) pair's 16
- * lanes: lane j plus lane j + 8, the fixed tree, then the scalar tail over
+ * lanes, with the same operations in the same order, in registers: lane j +
+ * lane j + 8 (one 8-wide add), s0+s4 .. s3+s7 (one 4-wide add), two
+ * horizontal adds for (t0 + t1) + (t2 + t3), then the scalar tail over
  * columns [c16, cols). */
-static float row_total(const float *lane, const void *w, int type,
-                       const float *x, int64_t c16, int64_t cols)
+AVX2 static float row_total(const float *lane, const void *w, int type,
+                            const float *x, int64_t c16, int64_t cols)
 {
-    float tail = 0, s[8];
+    float tail = 0;
     for (int64_t j = c16; j < cols; j++)
         tail += w_scalar(w, j, type) * x[j];
-    for (int k = 0; k < 8; k++)
-        s[k] = lane[k] + lane[k + 8];
-    return (((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]))) +
-           tail;
+    __m256 s = _mm256_add_ps(_mm256_loadu_ps(lane), _mm256_loadu_ps(lane + 8));
+    __m128 t =
+        _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    t = _mm_hadd_ps(t, t);
+    t = _mm_hadd_ps(t, t);
+    return _mm_cvtss_f32(t) + tail;
 }
+#endif
 
 /* ---------------------------------------------------------------- driver */
 
