@@ -10,6 +10,7 @@
 #include <loom/lane.h>
 #include <loom/platform.h>
 #include <loom/safetensors.h>
+#include <loom/weights.h>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -175,12 +176,16 @@ static int bench_one(loom_engine *e, int32_t S, int32_t n_prompt, int32_t n_gen,
            "\"decode_tok_s_per_stream\": %.2f, \"prefill_s\": %.4f, "
            "\"decode_s\": %.4f, \"rounds\": %llu, \"forward_s\": %.4f, "
            "\"weight_bytes\": %llu, \"implied_gbps\": %.3f, "
-           "\"device\": \"%s\", \"threads\": %d}\n",
+           "\"device\": \"%s\", \"threads\": %d, \"matmul\": \"%s\", "
+           "\"pin\": \"%s\"}\n",
            S, n_prompt, n_gen, prefill, decode, decode / S, t_prefill, t_decode,
            (unsigned long long)ls.rounds, ls.forward_s,
            (unsigned long long)wbytes, (double)wbytes * rounds_s * 1e-9,
            e->info.device == LOOM_DEVICE_CUDA ? "cuda" : "cpu",
-           loom_pool_size(e->pool));
+           loom_pool_size(e->pool), loom_matmul_isa_name(loom_matmul_isa()),
+           e->pin == LOOM_ENGINE_PIN_FAMILY_COPY
+               ? "family copy"
+               : loom_pin_name((loom_pin_kind)e->pin));
     *decode_out = decode;
     if (e->drafter) {
         /* the same line, told apart: plain, or speculative with its

@@ -157,6 +157,62 @@ static void LOOM_ABI scan_heads(void *ctx, int64_t begin, int64_t end)
     }
 }
 
+/* Channels per item of the conv: blocks of a stream run in parallel (a
+ * prompt chunk is one stream), each block's rows in order. */
+#define NEM_CONV_BLOCK 256
+
+static int64_t conv_blocks(const nem_geometry *g)
+{
+    return (g->conv_dim + NEM_CONV_BLOCK - 1) / NEM_CONV_BLOCK;
+}
+
+/* Items are (stream, channel block) pairs: the block's part of the tail's
+ * snapshot at a window's first row, the causal conv, SiLU. */
+static void LOOM_ABI conv_blocks_task(void *ctx, int64_t begin, int64_t end)
+{
+    const struct scan_job *j = ctx;
+    fwd *f = j->f;
+    const nem_geometry *g = f->g;
+    const nem_layer *L = j->L;
+    int64_t W = g->in_proj_dim, cd = g->conv_dim, nb = conv_blocks(g);
+    int64_t K1 = g->conv_kernel - 1;
+    for (int64_t it = begin; it < end; it++) {
+        const loom_plan_stream *ps = &f->p->streams[it / nb];
+        int64_t c0 = it % nb * NEM_CONV_BLOCK;
+        int64_t n = cd - c0 < NEM_CONV_BLOCK ? cd - c0 : NEM_CONV_BLOCK;
+        loom_cache *c = ps->cache;
+        nem_mamba_state *st = &c->mamba[L->slot];
+        for (int32_t k = 0; k < ps->count; k++) {
+            int32_t r = loom_plan_row(f->p, ps, k);
+            const float *xBC = f->a + (size_t)r * W + g->d_inner;
+            float *conv = f->b + (size_t)r * cd;
+            if (loom_window_index(ps, k) == 0) {
+                float *snap = nem_cache_snap_tail(g, c, L->slot);
+                for (int64_t q = 0; q < K1; q++)
+                    memcpy(snap + q * cd + c0, st->tail + q * cd + c0,
+                           (size_t)n * sizeof(float));
+            }
+            loom_cpu_conv_step_range(conv, xBC, st->tail, L->conv_w, L->conv_b,
+                                     c0, n, cd, g->conv_kernel);
+            loom_cpu_silu_inplace(conv + c0, n);
+        }
+    }
+}
+
+/* Per row: y * silu(z), then RMS over each of the n_groups groups. */
+static void LOOM_ABI gate_rows(void *ctx, int64_t begin, int64_t end)
+{
+    const struct scan_job *j = ctx;
+    fwd *f = j->f;
+    const nem_geometry *g = f->g;
+    for (int64_t r = begin; r < end; r++) {
+        float *y = f->c + (size_t)r * g->d_inner;
+        loom_cpu_rmsnorm_group_gated(y, y, f->a + (size_t)r * g->in_proj_dim,
+                                     j->L->gnorm, g->d_inner,
+                                     g->d_inner / g->n_groups, g->eps);
+    }
+}
+
 static void mamba_block(fwd *f, const nem_layer *L)
 {
     const nem_geometry *g = f->g;
@@ -165,48 +221,32 @@ static void mamba_block(fwd *f, const nem_layer *L)
     host->matmul(host, &L->in_proj, f->xn, f->a, f->n);
     add_bias(f->a, L->in_bias, f->n, W);
 
-    /* conv and dt, per stream in row order (the tail is sequential) */
+    struct scan_job job = {f, L};
+    host->parallel_for(host, (int64_t)f->p->n_streams * conv_blocks(g),
+                       conv_blocks_task, &job);
+    /* dt, and the window rows' log [in | xbc | dt] */
     for (int32_t s = 0; s < f->p->n_streams; s++) {
         const loom_plan_stream *ps = &f->p->streams[s];
         loom_cache *c = ps->cache;
-        nem_mamba_state *st = &c->mamba[L->slot];
         for (int32_t k = 0; k < ps->count; k++) {
             int32_t r = loom_plan_row(f->p, ps, k);
-            const float *zx = f->a + (size_t)r * W;
-            const float *xBC = zx + g->d_inner;
+            const float *xBC = f->a + (size_t)r * W + g->d_inner;
             const float *dtr = xBC + cd;
-            float *conv = f->b + (size_t)r * cd;
             float *dt = f->dt + (size_t)r * nh;
-            /* >= 0: the window's row sp, logged [in | xbc | dt] */
-            int32_t sp = loom_window_index(ps, k);
-            float *log = sp >= 0 ? nem_cache_log(g, c, sp, L->slot) : NULL;
-            if (sp == 0)
-                memcpy(nem_cache_snap_tail(g, c, L->slot), st->tail,
-                       (size_t)(g->conv_kernel - 1) * cd * sizeof(float));
-            if (log)
-                memcpy(log, xBC, cd * sizeof(float));
-            loom_cpu_conv_step(conv, xBC, st->tail, L->conv_w, L->conv_b, cd,
-                               g->conv_kernel);
-            loom_cpu_silu_inplace(conv, cd);
             for (int64_t h = 0; h < nh; h++)
                 dt[h] = loom_cpu_softplus(dtr[h] + L->dt_bias[h]);
-            if (log) {
-                memcpy(log + cd, conv, cd * sizeof(float));
-                memcpy(log + 2 * cd, dt, nh * sizeof(float));
-            }
+            int32_t sp = loom_window_index(ps, k);
+            if (sp < 0)
+                continue;
+            float *log = nem_cache_log(g, c, sp, L->slot);
+            memcpy(log, xBC, cd * sizeof(float));
+            memcpy(log + cd, f->b + (size_t)r * cd, cd * sizeof(float));
+            memcpy(log + 2 * cd, dt, nh * sizeof(float));
         }
     }
 
-    struct scan_job job = {f, L};
     host->parallel_for(host, (int64_t)f->p->n_streams * nh, scan_heads, &job);
-
-    /* y * silu(z), then RMS over each of the n_groups groups */
-    for (int32_t r = 0; r < f->n; r++) {
-        float *y = f->c + (size_t)r * g->d_inner;
-        loom_cpu_rmsnorm_group_gated(y, y, f->a + (size_t)r * W, L->gnorm,
-                                     g->d_inner, g->d_inner / g->n_groups,
-                                     g->eps);
-    }
+    host->parallel_for(host, f->n, gate_rows, &job);
     host->matmul(host, &L->out_proj, f->c, f->mix, f->n);
     add_bias(f->mix, L->out_bias, f->n, g->hidden);
 }

@@ -160,60 +160,92 @@ typedef struct q35_gdn_job {
     int slot;
 } q35_gdn_job;
 
-/* Per stream, rows in order: snapshot + log for speculation, the causal
- * conv over the tail, SiLU, l2-normalised q and k, beta and the decay. */
+/* Channel blocks of the conv: one per q head, k head and v head, so that a
+ * block holds whole heads for the l2 norms and the blocks of a stream run
+ * in parallel (a prompt chunk is one stream). */
+static int64_t q35_conv_blocks(const q35_geometry *g)
+{
+    return 2 * g->lin_k_heads + g->lin_v_heads;
+}
+
+/* Per (stream, channel block), rows in order: the block's part of the conv
+ * tail's snapshot at a window's first row, the causal conv over the tail,
+ * SiLU, and the l2 norms of q and k heads. */
 static void LOOM_ABI q35_gdn_conv_task(void *ctx, int64_t begin, int64_t end)
 {
     const q35_gdn_job *j = ctx;
     loom_model *m = j->m;
     const q35_geometry *g = &m->g;
     q35_scratch *s = &m->s;
-    int64_t cd = q35_conv_dim(g), kd = q35_key_dim(g), vd = q35_value_dim(g);
-    int64_t Hk = g->lin_k_heads, Hv = g->lin_v_heads, dk = g->lin_dk;
-    int64_t tail = (g->conv_kernel - 1) * cd;
+    int64_t cd = q35_conv_dim(g), kd = q35_key_dim(g);
+    int64_t Hk = g->lin_k_heads, dk = g->lin_dk, dv = g->lin_dv;
+    int64_t K1 = g->conv_kernel - 1, tail = K1 * cd, nb = q35_conv_blocks(g);
     float qscale = 1.0f / sqrtf((float)dk);
-    for (int64_t si = begin; si < end; si++) {
-        const loom_plan_stream *st = &m->plan.streams[si];
+    for (int64_t i = begin; i < end; i++) {
+        const loom_plan_stream *st = &m->plan.streams[i / nb];
+        int64_t b = i % nb;
+        int64_t c0 = b < 2 * Hk ? b * dk : 2 * kd + (b - 2 * Hk) * dv;
+        int64_t n = b < 2 * Hk ? dk : dv;
         loom_cache *c = st->cache;
         float *tl = c->conv + (size_t)j->slot * (size_t)tail;
         for (int32_t k = 0; k < st->count; k++) {
             int64_t t = loom_plan_row(&m->plan, st, k);
-            const float *x = s->big0 + t * cd;
             float *y = s->conv_out + t * cd;
-            float *log = NULL;
-            int32_t li = loom_window_index(st, k);
-            if (li >= 0) {
-                if (li == 0) {
-                    /* the state's snapshot is taken per head by
-                     * q35_gdn_rec_task, after the plain rows before it */
-                    memcpy(q35_cache_snap_conv(m, c, j->slot), tl,
-                           (size_t)tail * sizeof(float));
-                }
-                log = q35_cache_log(m, c, li, j->slot);
-                memcpy(log + m->log.conv, x, (size_t)cd * sizeof(float));
+            if (loom_window_index(st, k) == 0) {
+                /* the state's snapshot is taken per head by
+                 * q35_gdn_rec_task, after the plain rows before it */
+                float *snap = q35_cache_snap_conv(m, c, j->slot);
+                for (int64_t r = 0; r < K1; r++)
+                    memcpy(snap + r * cd + c0, tl + r * cd + c0,
+                           (size_t)n * sizeof(float));
             }
-            loom_cpu_conv_step(y, x, tl, j->L->conv_w, NULL, cd,
-                               g->conv_kernel);
-            loom_cpu_silu_inplace(y, cd);
-            for (int64_t h = 0; h < Hk; h++) {
-                loom_cpu_l2norm(y + h * dk, dk, 1e-6f);
-                loom_cpu_scale(y + h * dk, qscale, dk);
-                loom_cpu_l2norm(y + kd + h * dk, dk, 1e-6f);
+            loom_cpu_conv_step_range(y, s->big0 + t * cd, tl, j->L->conv_w,
+                                     NULL, c0, n, cd, g->conv_kernel);
+            loom_cpu_silu_inplace(y + c0, n);
+            if (b < Hk) {
+                loom_cpu_l2norm(y + c0, dk, 1e-6f);
+                loom_cpu_scale(y + c0, qscale, dk);
+            } else if (b < 2 * Hk) {
+                loom_cpu_l2norm(y + c0, dk, 1e-6f);
             }
+        }
+    }
+}
+
+/* Per stream, rows in order: beta and the decay, and the log a window's
+ * rows keep for the commit replay. */
+static void LOOM_ABI q35_gdn_gate_task(void *ctx, int64_t begin, int64_t end)
+{
+    const q35_gdn_job *j = ctx;
+    loom_model *m = j->m;
+    const q35_geometry *g = &m->g;
+    q35_scratch *s = &m->s;
+    int64_t cd = q35_conv_dim(g), kd = q35_key_dim(g), vd = q35_value_dim(g);
+    int64_t Hv = g->lin_v_heads;
+    for (int64_t si = begin; si < end; si++) {
+        const loom_plan_stream *st = &m->plan.streams[si];
+        loom_cache *c = st->cache;
+        for (int32_t k = 0; k < st->count; k++) {
+            int64_t t = loom_plan_row(&m->plan, st, k);
             for (int64_t h = 0; h < Hv; h++) {
                 float a = s->a[t * Hv + h] + j->L->dt_bias[h];
                 s->decay[t * Hv + h] =
                     expf(j->L->neg_a[h] * loom_cpu_softplus(a));
                 s->beta[t * Hv + h] = loom_cpu_sigmoid(s->b[t * Hv + h]);
             }
-            if (log) {
-                memcpy(log + m->log.k, y + kd, (size_t)kd * sizeof(float));
-                memcpy(log + m->log.v, y + 2 * kd, (size_t)vd * sizeof(float));
-                memcpy(log + m->log.decay, s->decay + t * Hv,
-                       (size_t)Hv * sizeof(float));
-                memcpy(log + m->log.beta, s->beta + t * Hv,
-                       (size_t)Hv * sizeof(float));
-            }
+            int32_t li = loom_window_index(st, k);
+            if (li < 0)
+                continue;
+            const float *y = s->conv_out + t * cd;
+            float *log = q35_cache_log(m, c, li, j->slot);
+            memcpy(log + m->log.conv, s->big0 + t * cd,
+                   (size_t)cd * sizeof(float));
+            memcpy(log + m->log.k, y + kd, (size_t)kd * sizeof(float));
+            memcpy(log + m->log.v, y + 2 * kd, (size_t)vd * sizeof(float));
+            memcpy(log + m->log.decay, s->decay + t * Hv,
+                   (size_t)Hv * sizeof(float));
+            memcpy(log + m->log.beta, s->beta + t * Hv,
+                   (size_t)Hv * sizeof(float));
         }
     }
 }
@@ -299,7 +331,9 @@ static void q35_gdn(loom_model *m, const loom_round *round, const q35_layer *L,
         host->matmul(host, &L->in_a, s->xn, s->a, T);
     }
     q35_gdn_job job = {m, round, L, slot};
-    host->parallel_for(host, n_streams, q35_gdn_conv_task, &job);
+    host->parallel_for(host, (int64_t)n_streams * q35_conv_blocks(&m->g),
+                       q35_gdn_conv_task, &job);
+    host->parallel_for(host, n_streams, q35_gdn_gate_task, &job);
     host->parallel_for(host, (int64_t)n_streams * m->g.lin_v_heads,
                        q35_gdn_rec_task, &job);
     host->matmul(host, &L->out_proj, s->o, s->proj, T);

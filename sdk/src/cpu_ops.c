@@ -328,8 +328,16 @@ void loom_cpu_attend_row(float *out, const float *q, const loom_cpu_kv *kv,
 void loom_cpu_conv_step(float *out, const float *x, float *tail, const float *w,
                         const float *bias, int64_t channels, int64_t kernel)
 {
+    loom_cpu_conv_step_range(out, x, tail, w, bias, 0, channels, channels,
+                             kernel);
+}
+
+void loom_cpu_conv_step_range(float *out, const float *x, float *tail,
+                              const float *w, const float *bias, int64_t c0,
+                              int64_t n, int64_t channels, int64_t kernel)
+{
     int64_t kt = kernel - 1;
-    for (int64_t c = 0; c < channels; c++) {
+    for (int64_t c = c0; c < c0 + n; c++) {
         const float *wc = w + c * kernel;
         float xc = x[c];
         float s = bias ? bias[c] : 0.0f;

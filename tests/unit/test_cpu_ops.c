@@ -275,6 +275,17 @@ START_TEST(conv)
     float w1[1] = {2}, x1[1] = {3}, o1[1];
     loom_cpu_conv_step(o1, x1, NULL, w1, NULL, 1, 1);
     ck_assert_float_eq(o1[0], 6.0f);
+    /* channel 1 alone (the range form) gives what the full step gave */
+    float tr[4] = {0}, o2[2] = {7, 7};
+    for (int t = 0; t < 4; t++) {
+        float xr[2] = {(float)(t + 1), (float)(-t)};
+        loom_cpu_conv_step_range(o2, xr, tr, w, bias, 1, 1, 2, 3);
+        ck_assert_float_eq(o2[1], (float)(-t));
+    }
+    ck_assert_float_eq(o2[0], 7.0f); /* channel 0 untouched */
+    ck_assert_float_eq(tr[0], 0.0f);
+    ck_assert_float_eq(tr[1], -2.0f);
+    ck_assert_float_eq(tr[3], -3.0f);
 }
 END_TEST
 

@@ -21,6 +21,8 @@ const char *loom_checkpoint_dir(const loom_checkpoint *ckpt);
 json_t *loom_checkpoint_config(const loom_checkpoint *ckpt);
 json_t *loom_checkpoint_text_config(const loom_checkpoint *ckpt);
 json_t *loom_checkpoint_generation_config(const loom_checkpoint *ckpt);
+/* Pins the mapped tensors (loom_st_pin): a loom_pin_kind. */
+int loom_checkpoint_pin(loom_checkpoint *ckpt, uint64_t *bytes, loom_err *err);
 /* NULL until loom_checkpoint_load_tensors succeeded. */
 const struct loom_st *loom_checkpoint_tensors(const loom_checkpoint *ckpt);
 

@@ -27,6 +27,9 @@ typedef struct loom_engine_params {
     const char *drafter_plugin; /* force a drafter plugin by name, or NULL */
 } loom_engine_params;
 
+/* engine->pin when the family copied its weights out of the mapping. */
+#define LOOM_ENGINE_PIN_FAMILY_COPY (-1)
+
 typedef struct loom_engine {
     loom_pool *pool;
     loom_host_state hs;
@@ -48,6 +51,10 @@ typedef struct loom_engine {
     loom_drafter *drafter;
     loom_drafter_needs needs; /* taps, block size, mask token */
     loom_target target;       /* what the drafter was opened with */
+    /* How the weights were kept resident (a loom_pin_kind, or
+     * LOOM_ENGINE_PIN_FAMILY_COPY), and the bytes pinned. */
+    int pin;
+    uint64_t pin_bytes;
 } loom_engine;
 
 loom_status loom_engine_open(const loom_engine_params *params,

@@ -27,6 +27,24 @@ typedef struct loom_map {
 loom_status loom_map_file(const char *path, loom_map *map, loom_err *err);
 void loom_unmap(loom_map *map);
 
+/* How a mapping was kept resident (weights the page cache must not evict). */
+typedef enum loom_pin_kind {
+    LOOM_PIN_NONE = 0,  /* neither could be done; err says why */
+    LOOM_PIN_MLOCK = 1, /* the file's pages locked in place */
+    LOOM_PIN_HUGE_COPY =
+        2 /* copied into anonymous (huge) pages, same address */
+} loom_pin_kind;
+/* Pins a mapped file: mlock where the limits allow, else a copy into
+ * anonymous transparent huge pages moved onto the mapping's own addresses
+ * (pointers into it stay valid). */
+loom_pin_kind loom_map_pin(loom_map *map, loom_err *err);
+/* The copy loom_map_pin falls back on: the mapping's bytes moved into
+ * anonymous memory at the same addresses (read-only, huge pages asked for). */
+loom_status loom_map_to_anon(loom_map *map, loom_err *err);
+const char *loom_pin_name(loom_pin_kind kind);
+/* Physical memory in bytes (0 when unknown). */
+uint64_t loom_mem_total(void);
+
 /* Reads a whole file into a NUL-terminated malloc'd buffer. */
 loom_status loom_read_file(const char *path, char **data, size_t *size,
                            loom_err *err);

@@ -18,6 +18,9 @@ void loom_st_close(loom_st *st);
 loom_status loom_st_open_memory(const void *data, uint64_t size,
                                 const char *label, loom_st **out,
                                 loom_err *err);
+/* Pins every mapped shard (loom_map_pin); returns the weakest kind used,
+ * LOOM_PIN_NONE with err set if a shard could not be pinned. */
+int loom_st_pin(loom_st *st, uint64_t *bytes, loom_err *err);
 /* The file a tensor of st came from; NULL if t is not one of st's. */
 const char *loom_st_file_of(const loom_st *st, const loom_tensor *t);
 

@@ -15,4 +15,20 @@ void loom_weight_row(const loom_weight *w, int64_t row, float *out);
 void loom_matmul(loom_pool *pool, const loom_weight *w, const float *x,
                  float *y, int64_t n_tok);
 
+/* The kernel sets behind loom_matmul, chosen at run time by CPUID. The SIMD
+ * sets give the same bits (a row's sums are formed in one order by fused
+ * multiply-adds); the generic one is the portable fallback. */
+typedef enum loom_mm_isa {
+    LOOM_MM_GENERIC = 0,
+    LOOM_MM_AVX2 = 1,  /* AVX2 + FMA + F16C */
+    LOOM_MM_AVX512 = 2 /* AVX-512 F/BW/VL on top */
+} loom_mm_isa;
+
+/* The best set this CPU runs; loom_matmul uses it. */
+loom_mm_isa loom_matmul_isa(void);
+const char *loom_matmul_isa_name(loom_mm_isa isa);
+/* loom_matmul on set `isa`, or on the best the CPU runs if that is lower. */
+void loom_matmul_on(loom_pool *pool, loom_mm_isa isa, const loom_weight *w,
+                    const float *x, float *y, int64_t n_tok);
+
 #endif

@@ -124,6 +124,12 @@ json_t *loom_checkpoint_generation_config(const loom_checkpoint *ckpt)
     return ckpt->generation;
 }
 
+int loom_checkpoint_pin(loom_checkpoint *ckpt, uint64_t *bytes, loom_err *err)
+{
+    *bytes = 0;
+    return ckpt->tensors ? loom_st_pin(ckpt->tensors, bytes, err) : 0;
+}
+
 const loom_st *loom_checkpoint_tensors(const loom_checkpoint *ckpt)
 {
     return ckpt->tensors;

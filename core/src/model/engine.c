@@ -6,7 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <loom/checkpoint.h>
+#include <loom/host.h>
 #include <loom/log.h>
+#include <loom/platform.h>
+#include <loom/safetensors.h>
 
 /* --device: the GPU when asked for or when auto finds one, else the CPU
  * with the reason kept (and logged at info). */
@@ -123,6 +127,45 @@ static loom_status open_drafter(loom_engine *e,
     return LOOM_OK;
 }
 
+/* The one pinning policy: a model on the CPU reads every weight each token
+ * and the page cache must not evict them (decode fell 7x once), so its
+ * mapped checkpoint is pinned when it fits in half the memory; a model on a
+ * device has its own copy. A failure only costs speed: it is logged. */
+static void pin_weights(loom_engine *e)
+{
+    if (e->info.device == LOOM_DEVICE_CUDA)
+        return;
+    const loom_st *st = loom_checkpoint_tensors(e->ckpt);
+    uint64_t total = 0, mem = loom_mem_total();
+    for (size_t i = 0; st && i < loom_st_count(st); i++)
+        total += loom_st_at(st, i)->nbytes;
+    /* a family that copied its weights out of the mapping (and accounted
+     * the copy) reads the copy: pinning the mapping would hold them twice */
+    int64_t copied =
+        loom_host_accounted(&e->hs, LOOM_MEM_HOST, LOOM_MEM_WEIGHTS);
+    if (copied > 0 && (uint64_t)copied >= total / 2) {
+        loom_log(LOOM_LOG_INFO,
+                 "weights not pinned: the family holds its own %.2f GB copy",
+                 (double)copied / 1e9);
+        e->pin = LOOM_ENGINE_PIN_FAMILY_COPY;
+        return;
+    }
+    if (mem == 0 || total > mem / 2) {
+        loom_log(LOOM_LOG_INFO, "weights not pinned: %.2f GB of %.2f GB memory",
+                 (double)total / 1e9, (double)mem / 1e9);
+        return;
+    }
+    loom_err err;
+    err.msg[0] = 0;
+    e->pin = loom_checkpoint_pin(e->ckpt, &e->pin_bytes, &err);
+    if (e->pin == LOOM_PIN_NONE)
+        loom_log(LOOM_LOG_WARN, "weights not pinned: %s", err.msg);
+    else
+        loom_log(LOOM_LOG_INFO, "weights pinned (%s): %.2f GB",
+                 loom_pin_name((loom_pin_kind)e->pin),
+                 (double)e->pin_bytes / 1e9);
+}
+
 loom_status loom_engine_open(const loom_engine_params *params,
                              loom_engine **out, loom_err *err)
 {
@@ -182,6 +225,7 @@ loom_status loom_engine_open(const loom_engine_params *params,
         if (rc != LOOM_OK)
             goto fail;
     }
+    pin_weights(e);
     *out = e;
     return LOOM_OK;
 fail:

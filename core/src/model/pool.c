@@ -7,6 +7,15 @@
 
 #include <loom/platform.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+/* A spin-wait hint: frees the core's pipeline (and a hyperthread sibling)
+ * and avoids the memory-order flush on leaving the loop. */
+#define SPIN_HINT() _mm_pause()
+#else
+#define SPIN_HINT() ((void)0)
+#endif
+
 /* Spins this many polls before sleeping on the condition variable: decode
  * issues hundreds of short parallel calls per token, and a futex wake per
  * call would cost more than the work. */
@@ -28,6 +37,10 @@ struct loom_pool {
     loom_cond *cv_done;
     atomic_uint_fast64_t job;
     atomic_int pending;
+    /* workers asleep on cv_work, and whether the caller sleeps on cv_done:
+     * a call takes the mutex only when someone is asleep */
+    atomic_int sleepers;
+    atomic_int caller_asleep;
     atomic_int busy;
     atomic_int stop;
     loom_range_fn fn;
@@ -49,7 +62,8 @@ static void run_parts(loom_pool *p, uint32_t gen)
         int64_t end = p->n_items * (part + 1) / parts;
         if (end > begin)
             p->fn(p->ctx, begin, end);
-        if (atomic_fetch_sub(&p->pending, 1) == 1) {
+        if (atomic_fetch_sub(&p->pending, 1) == 1 &&
+            atomic_load(&p->caller_asleep)) {
             loom_mutex_lock(p->mu);
             loom_cond_broadcast(p->cv_done);
             loom_mutex_unlock(p->mu);
@@ -64,13 +78,19 @@ static void worker_main(void *arg)
     for (;;) {
         int spins = 0;
         while (JOB_GEN(atomic_load(&p->job)) == seen && spins < POOL_SPIN &&
-               !atomic_load(&p->stop))
+               !atomic_load(&p->stop)) {
+            SPIN_HINT();
             spins++;
+        }
         if (JOB_GEN(atomic_load(&p->job)) == seen) {
             loom_mutex_lock(p->mu);
+            /* counted before the job word is read again: a caller that
+             * publishes a job after this either sees the count or is seen */
+            atomic_fetch_add(&p->sleepers, 1);
             while (JOB_GEN(atomic_load(&p->job)) == seen &&
                    !atomic_load(&p->stop))
                 loom_cond_wait(p->cv_work, p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
             loom_mutex_unlock(p->mu);
         }
         if (atomic_load(&p->stop))
@@ -152,21 +172,28 @@ void loom_pool_run(loom_pool *p, int64_t n, loom_range_fn fn, void *ctx)
     p->n_items = n;
     atomic_store(&p->pending, parts);
     uint32_t gen = JOB_GEN(atomic_load(&p->job)) + 1;
-    loom_mutex_lock(p->mu);
     atomic_store(&p->job,
                  ((uint_fast64_t)gen << 32) | ((uint_fast64_t)parts << 16));
-    loom_cond_broadcast(p->cv_work);
-    loom_mutex_unlock(p->mu);
+    /* spinning workers see the job word; only sleepers need the wake-up */
+    if (atomic_load(&p->sleepers) > 0) {
+        loom_mutex_lock(p->mu);
+        loom_cond_broadcast(p->cv_work);
+        loom_mutex_unlock(p->mu);
+    }
 
     run_parts(p, gen);
 
     int spins = 0;
-    while (atomic_load(&p->pending) > 0 && spins < POOL_SPIN)
+    while (atomic_load(&p->pending) > 0 && spins < POOL_SPIN) {
+        SPIN_HINT();
         spins++;
+    }
     if (atomic_load(&p->pending) > 0) {
         loom_mutex_lock(p->mu);
+        atomic_store(&p->caller_asleep, 1);
         while (atomic_load(&p->pending) > 0)
             loom_cond_wait(p->cv_done, p->mu);
+        atomic_store(&p->caller_asleep, 0);
         loom_mutex_unlock(p->mu);
     }
     atomic_store(&p->busy, 0);

@@ -79,6 +79,24 @@ void loom_st_close(loom_st *st)
     free(st);
 }
 
+int loom_st_pin(loom_st *st, uint64_t *bytes, loom_err *err)
+{
+    loom_pin_kind kind = LOOM_PIN_NONE;
+    *bytes = 0;
+    for (size_t i = 0; i < st->n_shards; i++) {
+        if (!st->shards[i].mapped || !st->shards[i].map.data)
+            continue;
+        loom_pin_kind k = loom_map_pin(&st->shards[i].map, err);
+        if (k == LOOM_PIN_NONE)
+            return LOOM_PIN_NONE;
+        /* one shard copied makes the whole a copy */
+        if (kind == LOOM_PIN_NONE || k == LOOM_PIN_HUGE_COPY)
+            kind = k;
+        *bytes += st->shards[i].map.size;
+    }
+    return kind;
+}
+
 static loom_status st_new(size_t n_shards, loom_st **out, loom_err *err)
 {
     loom_st *st = calloc(1, sizeof *st);

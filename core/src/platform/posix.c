@@ -105,6 +105,90 @@ loom_status loom_map_file(const char *path, loom_map *map, loom_err *err)
     return LOOM_OK;
 }
 
+#define HUGE_ALIGN ((uintptr_t)2 << 20)
+
+/* Anonymous read-write memory of n bytes at the same offset within a 2 MiB
+ * page as `like`, so that huge pages survive a move onto `like`. */
+static void *map_like(const void *like, size_t n)
+{
+    size_t span = n + HUGE_ALIGN;
+    uint8_t *p = mmap(NULL, span, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    uintptr_t off = (uintptr_t)like & (HUGE_ALIGN - 1);
+    uintptr_t a = ((uintptr_t)p + HUGE_ALIGN - 1) & ~(HUGE_ALIGN - 1);
+    uint8_t *q =
+        (uint8_t *)(a + off >= (uintptr_t)p + HUGE_ALIGN ? a + off - HUGE_ALIGN
+                                                         : a + off);
+    if (q > p)
+        munmap(p, (size_t)(q - p));
+    if (q + n < p + span)
+        munmap(q + n, (size_t)(p + span - (q + n)));
+    return q;
+}
+
+loom_status loom_map_to_anon(loom_map *map, loom_err *err)
+{
+    void *base = (void *)map->data;
+    size_t n = (size_t)map->size;
+#if defined(__linux__) && defined(MREMAP_FIXED)
+    void *copy = map_like(base, n);
+    if (!copy)
+        return loom_err_set(err, LOOM_ERR_NOMEM,
+                            "no memory for a %zu-byte copy of the mapping", n);
+#ifdef MADV_HUGEPAGE
+    madvise(copy, n, MADV_HUGEPAGE);
+#endif
+    memcpy(copy, base, n);
+    if (mprotect(copy, n, PROT_READ) == 0 &&
+        mremap(copy, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, base) == base)
+        return LOOM_OK;
+    int e = errno;
+    munmap(copy, n);
+    return loom_err_set(err, LOOM_ERR_IO, "moving a copy of the mapping: %s",
+                        strerror(e));
+#else
+    (void)base;
+    return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                        "no mremap here: a %zu-byte mapping stays as it is", n);
+#endif
+}
+
+loom_pin_kind loom_map_pin(loom_map *map, loom_err *err)
+{
+    if (!map || !map->data)
+        return LOOM_PIN_NONE;
+    if (mlock(map->data, (size_t)map->size) == 0)
+        return LOOM_PIN_MLOCK;
+    int e_lock = errno;
+    loom_err cerr;
+    if (loom_map_to_anon(map, &cerr) == LOOM_OK)
+        return LOOM_PIN_HUGE_COPY;
+    loom_err_set(err, LOOM_ERR_IO,
+                 "mlock of %llu bytes: %s (raise the memlock limit); %s",
+                 (unsigned long long)map->size, strerror(e_lock), cerr.msg);
+    return LOOM_PIN_NONE;
+}
+
+const char *loom_pin_name(loom_pin_kind kind)
+{
+    switch (kind) {
+    case LOOM_PIN_MLOCK:
+        return "mlock";
+    case LOOM_PIN_HUGE_COPY:
+        return "huge-page copy";
+    default:
+        return "none";
+    }
+}
+
+uint64_t loom_mem_total(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+}
+
 void loom_unmap(loom_map *map)
 {
     if (map && map->data)

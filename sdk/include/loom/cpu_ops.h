@@ -149,6 +149,11 @@ void loom_cpu_attend_row(float *out, const float *q, const loom_cpu_kv *kv,
  * NULL. No activation is applied. out must not alias tail; it may alias x. */
 void loom_cpu_conv_step(float *out, const float *x, float *tail, const float *w,
                         const float *bias, int64_t channels, int64_t kernel);
+/* The same step over channels [c0, c0 + n) only (out, x, w, bias and tail
+ * indexed as above): disjoint ranges may run in parallel. */
+void loom_cpu_conv_step_range(float *out, const float *x, float *tail,
+                              const float *w, const float *bias, int64_t c0,
+                              int64_t n, int64_t channels, int64_t kernel);
 
 /* ---------------------------------------------------------------- tensors */
 
