@@ -27,6 +27,20 @@ typedef struct loom_server_params {
     int32_t idle_timeout_s;
     /* 1: no chat page at / (see webui.c); the API is unchanged. */
     int no_webui;
+    /* One more key /v1 accepts (--api-key, $LOOM_API_KEY), beside or
+     * instead of the key file; NULL: none. */
+    const char *api_key;
+    /* Origins allowed by CORS ("*": any); preflight OPTIONS is answered for
+     * them. None: no CORS headers, OPTIONS is a 405. */
+    const char *const *cors_origins;
+    int n_cors_origins;
+    /* Seconds a request may take before it ends with a timeout error; 0: no
+     * limit. */
+    double request_timeout_s;
+    /* PEM files: both given, the server speaks HTTPS only. */
+    const char *tls_cert, *tls_key;
+    /* A Jinja chat template replacing the model's; NULL: the model's. */
+    const char *chat_template_file;
 } loom_server_params;
 
 /* Binds and starts answering: until loom_server_load succeeds /health is 503
