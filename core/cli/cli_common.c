@@ -173,3 +173,13 @@ char *loom_cli_read_text(const char *cmd, const char *path)
     buf[n] = 0;
     return buf;
 }
+
+void loom_cli_progress(void *user, uint64_t done, uint64_t total)
+{
+    fprintf(stderr, "\r%s %.1f / %.1f MB (%d%%)", (const char *)user,
+            (double)done / 1e6, (double)total / 1e6,
+            total ? (int)(done * 100 / total) : 100);
+    if (done >= total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}

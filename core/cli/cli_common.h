@@ -36,6 +36,9 @@ void loom_cli_engine_params(const loom_cli_model_opts *o, const char *model,
                             loom_engine_params *p);
 /* Parses "1,2,3" into a malloc'd array. Returns 0 on success. */
 int loom_cli_parse_ids(const char *s, int32_t **ids, int32_t *n);
+/* A loom_engine_params progress callback: "\rUSER d / t MB (p%)" on stderr
+ * (USER is the line's text), ended by a newline at the total. */
+void loom_cli_progress(void *user, uint64_t done, uint64_t total);
 /* Reads the text at PATH ("-": stdin) into a malloc'd NUL-terminated
  * string; NULL with a message naming CMD and PATH on failure. */
 char *loom_cli_read_text(const char *cmd, const char *path);

@@ -119,18 +119,33 @@ int loom_cmd_serve(int argc, char **argv)
         fprintf(stderr, "loom serve: %s\n", err.msg);
         return 1;
     }
-    fprintf(stderr, "loom serve: loading %s\n", model);
     loom_engine_params ep;
     loom_cli_engine_params(&o, model, &ep);
+    /* progress only where a person watches it */
+    if (loom_is_terminal(2)) {
+        ep.progress = loom_cli_progress;
+        ep.progress_user = (void *)"loom serve: loading";
+    }
+    uint64_t t0 = loom_now_ns();
     if (loom_server_load(srv, &ep, &err) != LOOM_OK) {
         fprintf(stderr, "loom serve: %s\n", err.msg);
         loom_server_free(srv);
         return 1;
     }
+    double load_s = (double)(loom_now_ns() - t0) / 1e9;
+    loom_server_info si;
+    loom_server_describe(srv, &si);
+    fprintf(stderr,
+            "loom serve: model %s (%s), family %s, device %s\n"
+            "loom serve: context %lld tokens, %d streams, %d threads, loaded "
+            "in %.2f s\n",
+            si.model_name, si.model_dir, si.family, si.device,
+            (long long)si.ctx, (int)si.streams, si.threads, load_s);
     const char *host = sp.host ? sp.host : "127.0.0.1";
     int v6 = strchr(host, ':') != NULL;
-    printf("loom serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", host,
-           v6 ? "]" : "", loom_server_port(srv));
+    printf("loom serve: listening on %s://%s%s%s:%d\n",
+           si.tls ? "https" : "http", v6 ? "[" : "", host, v6 ? "]" : "",
+           loom_server_port(srv));
     fflush(stdout);
 
     for (;;) {

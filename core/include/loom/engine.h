@@ -19,6 +19,10 @@ typedef struct loom_engine_params {
     int n_threads;       /* <= 0: one per CPU */
     int64_t max_context; /* 0: the model's */
     int32_t max_rows;    /* 0: 512 */
+    /* When set, the weights are read in once before the family opens the
+     * model, with progress (bytes read of the total) reported as they are. */
+    void (*progress)(void *user, uint64_t done, uint64_t total);
+    void *progress_user;
 } loom_engine_params;
 
 typedef struct loom_engine {

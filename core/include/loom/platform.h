@@ -75,6 +75,9 @@ void loom_cond_signal(loom_cond *c);
 void loom_cond_broadcast(loom_cond *c);
 int loom_cpu_count(void);
 
+/* 1 when standard stream fd (0, 1, 2) is a terminal. */
+int loom_is_terminal(int fd);
+
 /* ---- append-only files (request logs) */
 typedef struct loom_file loom_file;
 /* Opens path for appending, creating it (mode 0600) when absent. */

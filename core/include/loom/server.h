@@ -56,6 +56,17 @@ int loom_server_port(const loom_server *srv);
 loom_status loom_server_load(loom_server *srv, const loom_engine_params *ep,
                              loom_err *err);
 
+/* What a loaded server runs, for its startup summary; strings owned by the
+ * server. */
+typedef struct loom_server_info {
+    const char *model_dir, *model_name, *family, *device;
+    int64_t ctx;
+    int32_t streams;
+    int threads;
+    int tls; /* 1: HTTPS */
+} loom_server_info;
+void loom_server_describe(const loom_server *srv, loom_server_info *out);
+
 /* Rereads the API key file (SIGHUP). On failure the old keys stay. */
 loom_status loom_server_reload_keys(loom_server *srv, loom_err *err);
 

@@ -397,6 +397,11 @@ void loom_cond_broadcast(loom_cond *c)
     pthread_cond_broadcast(&c->c);
 }
 
+int loom_is_terminal(int fd)
+{
+    return isatty(fd) == 1;
+}
+
 int loom_cpu_count(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);

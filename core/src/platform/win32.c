@@ -466,6 +466,11 @@ void loom_cond_broadcast(loom_cond *c)
     WakeAllConditionVariable(&c->cv);
 }
 
+int loom_is_terminal(int fd)
+{
+    return _isatty(fd) != 0;
+}
+
 int loom_cpu_count(void)
 {
     SYSTEM_INFO si;
