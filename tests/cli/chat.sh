@@ -2,7 +2,8 @@
 # `loom chat` under a pseudo-terminal (a small driver on Python's pty): two
 # turns, each reply equal to `loom run --ids` on the conversation rendered
 # by `loom chat-format` (so the history and the template are applied), then
-# /exit with status 0; end of input leaves too.
+# /exit with status 0; end of input leaves too. Loading shows progress on
+# the terminal.
 set -u
 loom=$1
 fixtures=$2
@@ -53,6 +54,8 @@ def reply_of(out, sent):
 
 banner = read_prompt()
 check("a banner and a prompt on the terminal", b"/exit" in banner and banner.endswith(b"> "))
+check("load progress on a terminal, up to the total",
+      b"loom chat: loading" in banner and b"MB (100%)" in banner)
 
 def reference(messages):
     with tempfile.TemporaryDirectory() as d:
