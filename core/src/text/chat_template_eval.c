@@ -524,12 +524,28 @@ static loom_status ev_call(ctx *c, const ct_node *n, json_t **out)
     if (st != LOOM_OK)
         return st;
     const ct_node *f = n->a;
-    if (f->kind == CT_ATTR) {
+    if (f->kind == CT_ATTR && !strcmp(f->name, "cycle") &&
+        f->a->kind == CT_NAME && !strcmp(f->a->name, "loop") && na > 0 &&
+        json_is_object(lookup(c, "loop"))) {
+        /* loop.cycle(a, b, ...): the argument at the loop's index0 */
+        json_int_t i =
+            json_integer_value(json_object_get(lookup(c, "loop"), "index0"));
+        *out = json_incref(args[(size_t)i % na]);
+    } else if (f->kind == CT_ATTR) {
         json_t *obj = NULL;
         st = ev(c, f->a, &obj);
         if (st == LOOM_OK)
             st = call_method(c, n, obj, f->name, args, na, out);
         json_decref(obj);
+    } else if (f->kind == CT_NAME && !strcmp(f->name, "strftime_now") &&
+               !lookup(c, f->name)) {
+        /* transformers' global: datetime.now().strftime(format) */
+        if (na != 1 || !json_is_string(args[0]))
+            st = error(c, n, LOOM_ERR_INVALID,
+                       "strftime_now() needs a format string%s%s", "", "");
+        else if (!(*out = loom__ct_strftime_now(args[0])))
+            st = error(c, n, LOOM_ERR_RANGE,
+                       "strftime_now(): the time does not fit%s%s", "", "");
     } else if (f->kind == CT_NAME && !strcmp(f->name, "namespace")) {
         *out = json_object();
         if (na == 1 && json_is_object(args[0]))
@@ -749,6 +765,26 @@ static loom_status ev(ctx *c, const ct_node *n, json_t **out)
 
 /* -------------------------------------------------------------- filters */
 
+/* A filter of chat_template_filter.c, its arguments evaluated here. */
+static loom_status filter_apart(ctx *c, const ct_node *n, json_t *v,
+                                json_t **out)
+{
+    json_t *args[8] = {0}, **kwv = calloc(n->n_kw + 1, sizeof *kwv);
+    size_t na = 0;
+    if (!kwv)
+        return nomem(c);
+    loom_status st = ev_args(c, n, args, 8, &na);
+    for (size_t i = 0; i < n->n_kw && st == LOOM_OK; i++)
+        st = ev(c, n->kwargs.v[i], &kwv[i]);
+    if (st == LOOM_OK)
+        st = loom__ct_filter(n->name, n->line, v, args, na, n->kwnames, kwv,
+                             n->n_kw, out, c->err);
+    decref_all(args, na);
+    decref_all(kwv, n->n_kw);
+    free(kwv);
+    return st;
+}
+
 static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
                                json_t **out)
 {
@@ -756,6 +792,8 @@ static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
     size_t na = 0;
     const char *f = n->name;
     *out = NULL;
+    if (loom__ct_filter_known(f))
+        return filter_apart(c, n, v, out);
     loom_status st = ev_args(c, n, args, 4, &na);
     if (st != LOOM_OK)
         return st;
@@ -772,18 +810,6 @@ static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
         else
             st = error(c, n, LOOM_ERR_INVALID, "%s has no length%s",
                        loom__ct_type_name(v), "");
-    } else if (!strcmp(f, "tojson")) {
-        json_t *ind = NULL;
-        st = kwarg(c, n, "indent", &ind);
-        int indent = -1;
-        if (ind && loom__ct_is_int(ind))
-            indent = (int)loom__ct_inum(ind);
-        else if (na && loom__ct_is_int(args[0]))
-            indent = (int)loom__ct_inum(args[0]);
-        json_decref(ind);
-        ct_buf b = {0};
-        loom__ct_to_json(&b, v, indent, 0);
-        *out = loom__ct_sb_take(&b);
     } else if (!strcmp(f, "trim") || !strcmp(f, "strip")) {
         json_t *s = loom__ct_str_of(v);
         *out = s ? loom__ct_strip(
@@ -796,8 +822,8 @@ static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
         json_decref(s);
     } else if (!strcmp(f, "string")) {
         *out = loom__ct_str_of(v);
-    } else if (!strcmp(f, "safe") || !strcmp(f, "e") || !strcmp(f, "escape")) {
-        /* HF renders without autoescaping: these leave text as it is. */
+    } else if (!strcmp(f, "safe")) {
+        /* HF renders without autoescaping: safe leaves text as it is. */
         *out = loom__ct_str_of(v);
     } else if (!strcmp(f, "default") || !strcmp(f, "d")) {
         int boolean = na > 1 && loom__ct_truthy(args[1]);
@@ -1050,6 +1076,35 @@ static loom_status exec_for(ctx *c, const ct_node *n)
     return st;
 }
 
+/* {% filter f %}body{% endfilter %}: the parser put the body's text in a
+ * variable the template cannot name, which the filter chain n->a reads. */
+static loom_status exec_filter_block(ctx *c, const ct_node *n)
+{
+    ct_buf body = {0};
+    loom_status st = exec_into(c, &n->body, &body);
+    json_t *text = st == LOOM_OK
+                       ? json_stringn_nocheck(body.p ? body.p : "", body.n)
+                       : NULL;
+    free(body.p);
+    if (st != LOOM_OK)
+        return st;
+    if (!text)
+        return nomem(c);
+    st = push_frame(c, n);
+    if (st == LOOM_OK) {
+        json_object_set_new(c->frames[c->n_frames - 1], CT_FILTER_BODY, text);
+        json_t *v = NULL;
+        st = ev(c, n->a, &v);
+        if (st == LOOM_OK)
+            loom__ct_py_str(c->out, v, 1);
+        json_decref(v);
+        pop_frame(c);
+    } else {
+        json_decref(text);
+    }
+    return st;
+}
+
 static loom_status exec(ctx *c, const ct_node *n)
 {
     loom_status st = LOOM_OK;
@@ -1059,6 +1114,10 @@ static loom_status exec(ctx *c, const ct_node *n)
         loom__ct_sb_add(c->out, n->name, n->name_len);
         break;
     case CT_OUTPUT:
+        if (n->neg) { /* {% filter %}: the body, through the filters */
+            st = exec_filter_block(c, n);
+            break;
+        }
         st = ev(c, n->a, &v);
         if (st == LOOM_OK)
             loom__ct_py_str(c->out, v, 1);
