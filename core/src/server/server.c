@@ -1161,15 +1161,19 @@ loom_status loom_server_start(const loom_server_params *params,
             goto fail;
         flags |= MHD_USE_TLS;
     }
-    /* the PEM options are read only with MHD_USE_TLS; empty otherwise */
+    /* the PEM options only with TLS: MHD complains of them otherwise */
+    struct MHD_OptionItem tls[] = {
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, srv->tls_key},
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, srv->tls_cert},
+        {MHD_OPTION_END, 0, NULL},
+    };
     srv->mhd = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_HTTPS_MEM_KEY,
-        srv->tls_key ? srv->tls_key : "", MHD_OPTION_HTTPS_MEM_CERT,
-        srv->tls_cert ? srv->tls_cert : "", MHD_OPTION_LISTEN_SOCKET,
-        (MHD_socket)srv->listen_sock, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-        srv, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_EXTERNAL_LOGGER,
-        mhd_log, srv, MHD_OPTION_END);
+        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
+        mhd_log, srv, MHD_OPTION_ARRAY, srv->tls_cert ? tls : tls + 2,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)srv->listen_sock,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)1024, MHD_OPTION_END);
     if (!srv->mhd) {
         st = loom_err_set(err, LOOM_ERR_IO,
                           "could not start the HTTP%s server on %s:%d%s",
