@@ -78,7 +78,20 @@ char *srv_tokenize_json(const srv_tok_ctx *c, const char *body, size_t len,
         goto done;
     }
     if (messages) {
-        /* vLLM's shape: the messages (and tools) as a chat request's */
+        /* vLLM's shape: the messages (and tools) as a chat request's,
+         * each an object with a role as /v1/chat/completions checks */
+        size_t i;
+        json_t *m;
+        int bad = !json_is_array(messages) || !json_array_size(messages);
+        json_array_foreach(messages, i, m) bad |=
+            !json_is_string(json_object_get(m, "role"));
+        if (bad) {
+            srv_error_set(e, 400, "invalid_request_error", "invalid_value",
+                          "messages",
+                          "'messages' must be a non-empty array of objects "
+                          "with a 'role'");
+            goto done;
+        }
         int32_t ni = 0;
         srv_request rq;
         memset(&rq, 0, sizeof rq);
