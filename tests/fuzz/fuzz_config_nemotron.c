@@ -50,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (int64_t)g.d_inner * g.ssm_state + 2 * (int64_t)g.hidden +
             g.moe_inter + (int64_t)g.n_experts * g.moe_inter;
         int64_t acc = sink;
-        loom_fields out = {&acc, put_i64, put_f64, put_str};
+        loom_fields out = {sizeof out, &acc, put_i64, put_f64, put_str};
         nem_geometry_report(&g, &out);
     }
     loom_checkpoint_close(ckpt);

@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                 g.vocab * g.hidden + g.ffn * g.hidden +
                                 g.n_experts * g.moe_ffn * g.hidden;
         int64_t acc = sink;
-        loom_fields out = {&acc, put_i64, put_f64, put_str};
+        loom_fields out = {sizeof out, &acc, put_i64, put_f64, put_str};
         q35_geometry_report(&g, &out);
     }
     loom_checkpoint_close(ckpt);

@@ -37,7 +37,12 @@ loom_cli_test(plugins_nemotron 0 "\"name\": \"nemotron\"" plugins --json)
 loom_cli_test(plugins_good 0 "\ntp-good " plugins --plugin-path ${tp})
 loom_cli_test(refusal_noentry 0 "libtp_noentry.dll: no entry symbol 'loom_plugin_entry'"
   plugins --plugin-path ${tp})
-loom_cli_test(refusal_badabi 0 "libtp_badabi.dll: incompatible ABI 2.0"
+# tp_badabi declares the next major ABI than the SDK's (as test_registry)
+file(STRINGS ${PROJECT_SOURCE_DIR}/sdk/include/loom/plugin.h abi_line
+  REGEX "^#define LOOM_ABI_MAJOR [0-9]+")
+string(REGEX REPLACE "[^0-9]*([0-9]+)$" "\\1" abi_major "${abi_line}")
+math(EXPR abi_next "${abi_major} + 1")
+loom_cli_test(refusal_badabi 0 "libtp_badabi.dll: incompatible ABI ${abi_next}.0"
   plugins --plugin-path ${tp})
 loom_cli_test(refusal_smallstruct 0 "libtp_smallstruct.dll: descriptor struct_size 16"
   plugins --plugin-path ${tp})

@@ -920,12 +920,14 @@ int loom_socket_peer_gone(loom_socket s)
     WSAPOLLFD pfd = {(SOCKET)s, POLLRDNORM, 0};
     if (WSAPoll(&pfd, 1, 0) <= 0)
         return 0;
-    if (pfd.revents & (POLLHUP | POLLERR | POLLNVAL))
+    if (pfd.revents & (POLLERR | POLLNVAL))
         return 1;
-    if (pfd.revents & POLLRDNORM) {
+    /* WSAPoll says POLLHUP on a FIN alone (poll(2) only once both halves
+     * are shut), so a hang-up is looked at like data: 0 is a half-close, and
+     * the peer still reads its answer */
+    if (pfd.revents & (POLLRDNORM | POLLHUP)) {
         char c;
         int r = recv((SOCKET)s, &c, 1, MSG_PEEK);
-        /* 0 is a half-close: the peer still reads its answer */
         return r < 0 && WSAGetLastError() != WSAEWOULDBLOCK;
     }
     return 0;
