@@ -31,7 +31,8 @@ trap cleanup EXIT
 start_server() {
   "$loom" serve "$model" --port 0 "$@" >"$tmp/out" 2>"$tmp/err" &
   pid=$!
-  for _ in $(seq 1 600); do
+  # up to 5 minutes: a sanitizer build on a loaded 2-core machine is slow
+  for _ in $(seq 1 3000); do
     if grep -q 'listening on' "$tmp/out" 2>/dev/null; then break; fi
     kill -0 "$pid" 2>/dev/null || { cat "$tmp/err"; echo "server died"; exit 1; }
     sleep 0.1
