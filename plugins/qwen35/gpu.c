@@ -339,6 +339,7 @@ void q35_gpu_close(loom_model *m)
     /* nothing may still read what is freed */
     cu->streamSynchronize(cu->stream);
     q35_gpu_graphs_free(g);
+    q35_gpu_pool_close(m);
     cu->free(cu, LOOM_MEM_WEIGHTS, g->weights, g->weights_bytes);
     cu->free(cu, LOOM_MEM_SCRATCH, g->s.block, g->s.bytes);
     cu->free(cu, LOOM_MEM_SCRATCH, g->s.logits, g->s.logits_bytes);
@@ -376,7 +377,10 @@ static loom_status q35_gpu_module(q35_gpu *g, loom_err *err)
 loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
                          loom_err *err)
 {
-    (void)opt;
+    uint32_t osz = opt ? opt->struct_size : 0;
+    int32_t max_streams = LOOM_HAS_FIELD(osz, loom_model_options, max_streams)
+                              ? opt->max_streams
+                              : 0;
     const loom_cuda *cu = m->host->cuda ? m->host->cuda(m->host) : NULL;
     if (!cu)
         return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
@@ -425,6 +429,8 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
     if ((st = a.st) != LOOM_OK)
         goto fail;
     if ((st = q35_gpu_scratch_alloc(m, err)) != LOOM_OK)
+        goto fail;
+    if ((st = q35_gpu_pool_open(m, max_streams, err)) != LOOM_OK)
         goto fail;
     st = q35_gpu_check(g, cu->streamSynchronize(cu->stream),
                        "uploading weights", err);

@@ -103,6 +103,9 @@ typedef struct loom_lane_params {
     int32_t prefill_chunk;
     /* The context size streams are held to. 0: the engine's. */
     int64_t max_context;
+    /* Nonzero: on a device engine too, logits come back to the host and the
+     * host sampler draws (tests hold the device path to it). */
+    int32_t host_sampling;
 } loom_lane_params;
 
 loom_status loom_lane_new(const loom_lane_params *params, loom_lane **out,

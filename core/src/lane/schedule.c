@@ -184,6 +184,28 @@ static void LOOM_ABI draw_range(void *ctx, int64_t begin, int64_t end)
                             jobs[j].position, &jobs[j].res);
 }
 
+/* After a forward: positions advance, and each logits row becomes a draw
+ * job (row k of the logits, host or device); returns the jobs. */
+static int32_t take_draws(loom_lane *lane, int32_t nr)
+{
+    int32_t k = 0, nj = 0;
+    for (int32_t r = 0; r < nr; r++) {
+        stream *s = lane->row_stream[r];
+        const loom_row *row = &lane->rows[r];
+        s->pos = row->position + 1;
+        if (s->state == ST_PREFILL)
+            s->n_fed = row->position + 1;
+        if (!(row->flags & LOOM_ROW_LOGITS))
+            continue;
+        const float *lg = lane->logits + (size_t)k * (size_t)lane->vocab;
+        if (s->state == ST_PREFILL)
+            s->state = ST_DECODE;
+        lane->jobs[nj++] = (draw_job){s, lg, k, row->position + 1, {0}};
+        k++;
+    }
+    return nj;
+}
+
 loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
                              loom_err *err)
 {
@@ -231,13 +253,27 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
     loom_output outp;
     memset(&outp, 0, sizeof outp);
     outp.struct_size = sizeof outp;
-    outp.logits = loom_view_host_f32(lane->logits, n_logit_rows, lane->vocab);
+    /* on a device the logits stay there: forward is stream-ordered and the
+     * draws' one synchronisation ends the round */
+    outp.logits =
+        lane->dev ? loom__dev_logits_view(lane, n_logit_rows)
+                  : loom_view_host_f32(lane->logits, n_logit_rows, lane->vocab);
     uint64_t t0 = loom_now_ns();
     loom_status rc =
         loom_family_forward(lane->fam, lane->model, &round, &outp, err);
     uint64_t t1 = loom_now_ns();
-    if (rc != LOOM_OK) {
+    if (rc != LOOM_OK)
         loom_err_prefix(err, "forward of %d rows", nr);
+    int32_t nj = 0;
+    if (rc == LOOM_OK)
+        nj = take_draws(lane, nr);
+    if (rc == LOOM_OK && lane->dev) {
+        rc = loom__dev_draw(lane, lane->jobs, nj, NULL, 0, NULL, NULL, err);
+        if (rc != LOOM_OK)
+            loom_err_prefix(err, "sampling %d rows on the device", nj);
+        t1 = loom_now_ns();
+    }
+    if (rc != LOOM_OK) {
         for (int32_t r = 0; r < nr; r++) {
             stream *s = lane->row_stream[r];
             if (s->state != ST_DONE)
@@ -247,27 +283,14 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
         return rc;
     }
 
-    /* positions advance; the streams' draws are independent, so they run
-     * over the thread pool; delivery stays in row order */
-    int32_t k = 0, nj = 0;
-    for (int32_t r = 0; r < nr; r++) {
-        stream *s = lane->row_stream[r];
-        const loom_row *row = &lane->rows[r];
-        s->pos = row->position + 1;
-        if (s->state == ST_PREFILL)
-            s->n_fed = row->position + 1;
-        if (!(row->flags & LOOM_ROW_LOGITS))
-            continue;
-        const float *lg = lane->logits + (size_t)k * (size_t)lane->vocab;
-        k++;
-        if (s->state == ST_PREFILL)
-            s->state = ST_DECODE;
-        lane->jobs[nj++] = (draw_job){s, lg, row->position + 1, {0}};
+    /* the streams' draws are independent, so on the host they run over the
+     * thread pool; delivery stays in row order */
+    if (!lane->dev) {
+        if (nj > 1 && lane->eng->pool)
+            loom_pool_run(lane->eng->pool, nj, draw_range, lane->jobs);
+        else
+            draw_range(lane->jobs, 0, nj);
     }
-    if (nj > 1 && lane->eng->pool)
-        loom_pool_run(lane->eng->pool, nj, draw_range, lane->jobs);
-    else
-        draw_range(lane->jobs, 0, nj);
     for (int32_t j = 0; j < nj; j++)
         loom__out_deliver(lane, lane->jobs[j].s, &lane->jobs[j].res, t1);
 

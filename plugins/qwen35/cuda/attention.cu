@@ -1,8 +1,20 @@
 // Gated full attention with partial RoPE (spec 2.3-2.4) over a stream's
-// contiguous float32 K/V rows: the per-head preparation (zero-centred
+// float32 K/V rows in the model's paged pool (read through its page table): the per-head preparation (zero-centred
 // RMSNorm of q and k, NeoX RoPE on the first rot_dim dims, K/V written at the
 // row's position) and the attention itself with its sigmoid output gate.
 #include "common.cuh"
+
+// Position pos of K (which 0) or V (1) of attention layer `slot` in the
+// stream's pages.
+__device__ __forceinline__ float *q35_kv_at(const q35_gpu_stream &st, int slot,
+                                            int which, int pos, int kvw)
+{
+    const int32_t *pt = reinterpret_cast<const int32_t *>(st.ptab);
+    int64_t page = pt[pos / Q35_KV_PAGE];
+    int64_t blk = (page * st.n_attn + slot) * 2 + which;
+    return reinterpret_cast<float *>(st.kv) +
+           (blk * Q35_KV_PAGE + pos % Q35_KV_PAGE) * (int64_t)kvw;
+}
 
 // Block (head slot, row), 128 threads: slots [0, nh) are query heads (in
 // place in qg, per head [q | gate]), [nh, nh + nkv) key heads (k from kb, v
@@ -35,15 +47,12 @@ q35_attn_prep(float *qg, const float *kb, const float *vb, const float *q_norm,
         sm[i] = __fmul_rn(__fmul_rn(src[i], r), w[i]);
     __syncthreads();
     float *dst;
-    float *kv = reinterpret_cast<float *>(st.kv);
-    int64_t cap = st.kv_cap;
     if (is_q) {
         dst = src;
     } else {
         int kvh = hs - nh;
-        dst = kv + ((int64_t)(slot * 2) * cap + pos) * kvw + (int64_t)kvh * hd;
-        float *vd = kv + ((int64_t)(slot * 2 + 1) * cap + pos) * kvw +
-                    (int64_t)kvh * hd;
+        dst = q35_kv_at(st, slot, 0, pos, kvw) + (int64_t)kvh * hd;
+        float *vd = q35_kv_at(st, slot, 1, pos, kvw) + (int64_t)kvh * hd;
         const float *vs = vb + (int64_t)t * kvw + (int64_t)kvh * hd;
         for (int i = threadIdx.x; i < hd; i += blockDim.x)
             vd[i] = vs[i];
@@ -91,16 +100,13 @@ extern "C" __global__ void q35_attention(const float *qg, float *o,
     for (int i = threadIdx.x; i < hd; i += blockDim.x)
         sq[i] = q[i];
     __syncthreads();
-    const float *kv = reinterpret_cast<const float *>(st.kv);
-    const float *K = kv + (int64_t)(slot * 2) * st.kv_cap * kvw + kvh * hd;
-    const float *V = kv + (int64_t)(slot * 2 + 1) * st.kv_cap * kvw + kvh * hd;
     float scale = 1.0f / sqrtf((float)hd);
     float m = -INFINITY, l = 0.0f, acc[Q35_ATTN_ND];
 #pragma unroll
     for (int k = 0; k < Q35_ATTN_ND; k++)
         acc[k] = 0.0f;
     for (int p = warp; p < n_ctx; p += Q35_ATTN_WARPS) {
-        const float *kp = K + (int64_t)p * kvw;
+        const float *kp = q35_kv_at(st, slot, 0, p, kvw) + kvh * hd;
         float d = 0.0f;
 #pragma unroll
         for (int k = 0; k < Q35_ATTN_ND; k++) {
@@ -119,7 +125,7 @@ extern "C" __global__ void q35_attention(const float *qg, float *o,
         }
         float e = expf(sc - m);
         l = __fadd_rn(l, e);
-        const float *vp = V + (int64_t)p * kvw;
+        const float *vp = q35_kv_at(st, slot, 1, p, kvw) + kvh * hd;
 #pragma unroll
         for (int k = 0; k < Q35_ATTN_ND; k++) {
             int i = lane + 32 * k;
