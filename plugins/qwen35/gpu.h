@@ -34,7 +34,7 @@ typedef struct q35_gpu_fns {
     loom_cu_function linear[3];
     loom_cu_function rmsnorm, conv, conv_restore, gdn_prep;
     loom_cu_function gdn_rec, gdn_replay;
-    loom_cu_function attn_prep, attention;
+    loom_cu_function attn_prep, attention, attn_combine;
     loom_cu_function gather, add, next_split, moe_route, moe_axpy;
 } q35_gpu_fns;
 
@@ -45,6 +45,7 @@ typedef struct q35_gpu_scratch {
     loom_cu_ptr h, xn, big0, big1, big2, conv_out, o, z, b, a, decay, beta;
     loom_cu_ptr prob, sel, wsel, gout, proj, shg;
     loom_cu_ptr rows, streams;
+    loom_cu_ptr part; /* attention's splits: [R][n_heads][splits][hd + 2] */
     loom_cu_ptr logits, taps, maps; /* grown on demand */
     uint64_t logits_bytes, taps_bytes, maps_bytes;
 } q35_gpu_scratch;
@@ -87,6 +88,7 @@ typedef struct q35_gpu {
     q35_gpu_layer *layers;
     unsigned gdn_threads; /* q35_gdn_rec's block: ceil(dk/32) * dv/32 warps */
     int64_t big;          /* widest projection output, floats */
+    int attn_splits;      /* key splits of attention launches (fixed) */
     q35_gpu_scratch s;
     q35_gpu_log lay; /* the replay log's layout */
     q35_graph graphs[Q35_GRAPHS];

@@ -19,6 +19,11 @@ typedef struct q35_gpu_row {
  * layer, K and V of Q35_KV_PAGE consecutive positions of one stream. */
 #define Q35_KV_PAGE 16
 
+/* Attention over keys in splits (cuda/attention.cu): at most
+ * Q35_ATTN_SPLITS per row, each at least Q35_ATTN_CHUNK positions. */
+#define Q35_ATTN_SPLITS 32
+#define Q35_ATTN_CHUNK  64
+
 /* One stream (cache) of a round: where its device state lives and which
  * rows of the round are its. */
 typedef struct q35_gpu_stream {
