@@ -156,6 +156,7 @@ int loom_cmd_serve(int argc, char **argv)
     fprintf(stderr, "loom serve: loading %s\n", model);
     loom_engine_params ep;
     loom_cli_engine_params(&o, model, &ep);
+    ep.max_streams = sp.parallel;
     if (loom_server_load(srv, &ep, &err) != LOOM_OK) {
         fprintf(stderr, "loom serve: %s\n", err.msg);
         loom_server_free(srv);
