@@ -103,7 +103,10 @@ static void run_lane(loom_engine *e, int host_sampling, int32_t draft_window,
         sp.sample.temperature = i % 2 ? 0.7f : 0.0f;
         if (i % 2)
             sp.sample.top_p = 0.9f;
+        /* prompt logprobs need n_logprobs >= 0 */
         sp.prompt_logprobs = i == lp_stream;
+        if (i == lp_stream)
+            sp.sample.n_logprobs = 0;
         sp.max_tokens = N_GEN;
         sp.ignore_eos = 1;
         sp.cb = on_event;
