@@ -5,7 +5,8 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 pkgs=(build-essential cmake pkg-config libjansson-dev check libsubunit-dev
-      libpcre2-dev libutf8proc-dev libmicrohttpd-dev nettle-dev curl python3)
+      libpcre2-dev libutf8proc-dev libmicrohttpd-dev nettle-dev curl python3
+      openssl) # openssl: the TLS test makes a self-signed certificate
 # CI extras: the format check, the Windows build, the browser the chat
 # page's test drives (tests/clients/webui.sh), clang for the fuzz targets
 [ "${LOOM_CI_EXTRAS:-0}" = 1 ] && pkgs+=(clang-format gcc-mingw-w64-x86-64 chromium clang)

@@ -9,125 +9,124 @@
 
 #include <loom/cuda_runtime.h>
 
-static int need_value(int argc, char **argv, int i)
+static int parse_device(void *dst, const char *opt, const char *d)
 {
-    if (i + 1 >= argc) {
-        fprintf(stderr, "loom: %s needs a value\n", argv[i]);
-        return 0;
-    }
-    return 1;
-}
-
-static int parse_int(const char *opt, const char *s, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end) {
-        fprintf(stderr, "loom: %s: '%s' is not an integer\n", opt, s);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
-int loom_cli_model_opt(loom_cli_model_opts *o, int argc, char **argv, int *i)
-{
-    const char *a = argv[*i];
-    int64_t v;
-    if (!strcmp(a, "--plugin-path")) {
-        if (!need_value(argc, argv, *i))
-            return -1;
-        if (o->n_plugin_dirs == LOOM_CLI_MAX_PLUGIN_DIRS) {
-            fprintf(stderr, "loom: at most %d --plugin-path options\n",
-                    LOOM_CLI_MAX_PLUGIN_DIRS);
-            return -1;
-        }
-        o->plugin_dirs[o->n_plugin_dirs++] = argv[++*i];
-        return 1;
-    }
-    if (!strcmp(a, "--drafter")) {
-        if (!need_value(argc, argv, *i))
-            return -1;
-        o->drafter = argv[++*i];
-        return 1;
-    }
-    if (!strcmp(a, "--family")) {
-        if (!need_value(argc, argv, *i))
-            return -1;
-        o->family = argv[++*i];
-        return 1;
-    }
-    if (!strcmp(a, "--device")) {
-        if (!need_value(argc, argv, *i))
-            return -1;
-        const char *d = argv[++*i];
-        if (!strcmp(d, "cpu"))
-            o->device = LOOM_DEVICE_CPU;
-        else if (!strcmp(d, "cuda"))
-            o->device = LOOM_DEVICE_CUDA;
-        else if (!strcmp(d, "auto"))
-            o->device = LOOM_DEVICE_AUTO;
-        else {
-            fprintf(stderr, "loom: --device: '%s' is not cpu, cuda or auto\n",
-                    d);
-            return -1;
-        }
-        return 1;
-    }
-    if (!strcmp(a, "--gpu-memory")) {
-        if (!need_value(argc, argv, *i))
-            return -1;
-        const char *m = argv[++*i];
-        if (loom_cuda_parse_memory(m, &o->gpu_memory) != 0) {
-            fprintf(stderr,
-                    "loom: --gpu-memory: '%s' is not a byte count (K, M, G "
-                    "suffixes allowed) nor a fraction in (0, 1]\n",
-                    m);
-            return -1;
-        }
-        return 1;
-    }
-    if (!strcmp(a, "--threads")) {
-        if (!need_value(argc, argv, *i) || !parse_int(a, argv[*i + 1], &v))
-            return -1;
-        if (v < 0 || v > 1024) {
-            fprintf(stderr, "loom: --threads: %lld is out of range\n",
-                    (long long)v);
-            return -1;
-        }
-        o->n_threads = (int)v;
-        ++*i;
-        return 1;
-    }
-    if (!strcmp(a, "--ctx")) {
-        if (!need_value(argc, argv, *i) || !parse_int(a, argv[*i + 1], &v))
-            return -1;
-        if (v < 0) {
-            fprintf(stderr, "loom: --ctx: %lld is negative\n", (long long)v);
-            return -1;
-        }
-        o->ctx = v;
-        ++*i;
-        return 1;
+    int *dev = (int *)dst;
+    if (!strcmp(d, "cpu"))
+        *dev = LOOM_DEVICE_CPU;
+    else if (!strcmp(d, "cuda"))
+        *dev = LOOM_DEVICE_CUDA;
+    else if (!strcmp(d, "auto"))
+        *dev = LOOM_DEVICE_AUTO;
+    else {
+        fprintf(stderr, "loom: %s: '%s' is not cpu, cuda or auto\n", opt, d);
+        return -1;
     }
     return 0;
 }
 
-void loom_cli_model_opts_help(FILE *out)
+static int parse_gpu_memory(void *dst, const char *opt, const char *m)
 {
-    fprintf(out,
-            "  --plugin-path DIR   search DIR for plugins first (repeatable)\n"
-            "  --family NAME       use this family plugin, whatever the probes "
-            "say\n"
-            "  --device D          cpu, cuda or auto (default: auto: the GPU "
-            "when there is one)\n"
-            "  --gpu-memory M      device memory budget: bytes (8G) or a "
-            "fraction (default 0.9)\n"
-            "  --threads N         CPU threads (default: one per core)\n"
-            "  --ctx N             context limit in tokens (default: the "
-            "model's)\n"
-            "  --drafter DIR       speculate with this drafter checkpoint\n");
+    if (loom_cuda_parse_memory(m, (double *)dst) != 0) {
+        fprintf(stderr,
+                "loom: %s: '%s' is not a byte count (K, M, G suffixes "
+                "allowed) nor a fraction in (0, 1]\n",
+                opt, m);
+        return -1;
+    }
+    return 0;
+}
+
+void loom_cli_model_opts_init(loom_cli_model_opts *o, int which)
+{
+    memset(o, 0, sizeof *o);
+    loom_cli_opt *t = o->table;
+    if (which & LOOM_CLI_PLUGIN_PATH)
+        *t++ = (loom_cli_opt){0,
+                              "plugin-path",
+                              "DIR",
+                              LOOM_OPT_LIST,
+                              o->plugin_dirs,
+                              0,
+                              LOOM_CLI_MAX_PLUGIN_DIRS,
+                              &o->n_plugin_dirs,
+                              NULL,
+                              "search DIR for plugins first (repeatable)"};
+    if (which & LOOM_CLI_FAMILY)
+        *t++ = (loom_cli_opt){0,
+                              "family",
+                              "NAME",
+                              LOOM_OPT_STR,
+                              &o->family,
+                              0,
+                              0,
+                              NULL,
+                              NULL,
+                              "use this family (or drafter) plugin, whatever "
+                              "the probes say"};
+    if (which & LOOM_CLI_ENGINE) {
+        *t++ = (loom_cli_opt){0,
+                              "device",
+                              "D",
+                              LOOM_OPT_CALL,
+                              &o->device,
+                              0,
+                              0,
+                              NULL,
+                              parse_device,
+                              "cpu, cuda or auto (default: auto: the GPU when "
+                              "there is one)"};
+        *t++ = (loom_cli_opt){0,
+                              "gpu-memory",
+                              "M",
+                              LOOM_OPT_CALL,
+                              &o->gpu_memory,
+                              0,
+                              0,
+                              NULL,
+                              parse_gpu_memory,
+                              "device memory budget: bytes (8G) or a "
+                              "fraction (default 0.9)"};
+        *t++ = (loom_cli_opt){0,
+                              "threads",
+                              "N",
+                              LOOM_OPT_INT,
+                              &o->n_threads,
+                              0,
+                              1024,
+                              NULL,
+                              NULL,
+                              "CPU threads (default: one per core)"};
+        *t++ = (loom_cli_opt){0,
+                              "ctx",
+                              "N",
+                              LOOM_OPT_INT,
+                              &o->ctx,
+                              0,
+                              1e12,
+                              NULL,
+                              NULL,
+                              "context limit in tokens (default: the "
+                              "model's)"};
+    }
+    if (which & LOOM_CLI_DEVICE)
+        *t++ = (loom_cli_opt){0,
+                              "device",
+                              "D",
+                              LOOM_OPT_CALL,
+                              &o->device,
+                              0,
+                              0,
+                              NULL,
+                              parse_device,
+                              "the device line for cpu, cuda or auto"};
+    if (which & LOOM_CLI_DRAFTER)
+        *t++ = (loom_cli_opt){
+            0,           "drafter",
+            "DIR",       LOOM_OPT_STR,
+            &o->drafter, 0,
+            0,           NULL,
+            NULL,        "speculate with this drafter checkpoint"};
 }
 
 void loom_cli_engine_params(const loom_cli_model_opts *o, const char *model,
@@ -140,7 +139,7 @@ void loom_cli_engine_params(const loom_cli_model_opts *o, const char *model,
     p->n_plugin_dirs = o->n_plugin_dirs;
     p->device = o->device;
     p->gpu_memory = o->gpu_memory;
-    p->n_threads = o->n_threads;
+    p->n_threads = (int)o->n_threads;
     p->max_context = o->ctx;
     p->drafter = o->drafter;
 }
@@ -231,4 +230,53 @@ int loom_cli_parse_ids(const char *s, int32_t **ids, int32_t *n)
     *ids = v;
     *n = (int32_t)k;
     return 0;
+}
+
+char *loom_cli_read_text(const char *cmd, const char *path)
+{
+    int is_stdin = !strcmp(path, "-");
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "loom %s: %s: %s\n", cmd, path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t k = fread(buf + n, 1, cap - 1 - n, f);
+        n += k;
+        if (k == 0)
+            break;
+    }
+    int bad = ferror(f);
+    if (!is_stdin)
+        fclose(f);
+    if (!buf || bad) {
+        fprintf(stderr, "loom %s: %s: %s\n", cmd, is_stdin ? "stdin" : path,
+                buf ? "read error" : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    return buf;
+}
+
+void loom_cli_progress(void *user, uint64_t done, uint64_t total)
+{
+    fprintf(stderr, "\r%s %.1f / %.1f MB (%d%%)", (const char *)user,
+            (double)done / 1e6, (double)total / 1e6,
+            total ? (int)(done * 100 / total) : 100);
+    if (done >= total)
+        fputc('\n', stderr);
+    fflush(stderr);
 }

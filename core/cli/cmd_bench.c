@@ -1,7 +1,6 @@
 /* `loom bench MODEL --streams 1,8,32 --prompt 512 --gen 128`: prefill and
  * decode throughput of the lane per stream count, one JSON line each, with
  * the weight bytes and the bandwidth they imply. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,29 +14,20 @@
 #include "cli_common.h"
 #include "commands.h"
 
-static void help(FILE *out)
-{
-    fprintf(out,
-            "usage: loom bench MODEL [options]\n\n"
-            "Runs S streams at once (each a random prompt, greedy, eos "
-            "ignored) for each\nstream count S and prints one JSON line per "
-            "S:\n"
-            "  prefill_tok_s   prompt tokens / time until every stream had "
-            "its first token\n"
-            "  decode_tok_s    tokens after that point / time after it (S "
-            "rows a round)\n"
-            "  implied_gbps    weight_bytes x decode rounds/s: each round "
-            "reads the weights once\n"
-            "                  (weight_bytes: what the family says one decode "
-            "step reads,\n                  else the checkpoint's size)\n\n"
-            "  --streams LIST      stream counts (default 1,8,32)\n"
-            "  --prompt N          prompt tokens per stream (default 512)\n"
-            "  --gen N             tokens generated per stream (default 128)\n"
-            "  --seed S            prompt ids seed (default 1)\n"
-            "With --drafter each stream count runs plain, then speculative, "
-            "and a second\nline per run compares them.\n");
-    loom_cli_model_opts_help(out);
-}
+static const char bench_usage[] =
+    "usage: loom bench MODEL [options]\n\n"
+    "Runs S streams at once (each a random prompt, greedy, eos ignored) for "
+    "each\nstream count S and prints one JSON line per S:\n"
+    "  prefill_tok_s   prompt tokens / time until every stream had its first "
+    "token\n"
+    "  decode_tok_s    tokens after that point / time after it (S rows a "
+    "round)\n"
+    "  implied_gbps    weight_bytes x decode rounds/s: each round reads the "
+    "weights once\n"
+    "                  (weight_bytes: what the family says one decode step "
+    "reads,\n                  else the checkpoint's size)\n"
+    "With --drafter each stream count runs plain, then speculative, and a "
+    "second\nline per run compares them.\n";
 
 /* Filled by the callbacks, which run on the stepping thread. */
 typedef struct bench_state {
@@ -80,21 +70,6 @@ static uint64_t weight_bytes(loom_engine *e)
     for (size_t i = 0; st && i < loom_st_count(st); i++)
         total += loom_st_at(st, i)->nbytes;
     return total;
-}
-
-static int parse_count(const char *opt, const char *s, int64_t lo, int64_t hi,
-                       int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "loom bench: %s: '%s' is not in [%lld, %lld]\n", opt, s,
-                (long long)lo, (long long)hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 /* One stream count: returns 0, or 1 on failure (message printed). With a
@@ -216,54 +191,25 @@ static int bench_one(loom_engine *e, int32_t S, int32_t n_prompt, int32_t n_gen,
 int loom_cmd_bench(int argc, char **argv)
 {
     loom_cli_model_opts o;
-    memset(&o, 0, sizeof o);
-    const char *model = NULL, *streams_s = "1,8,32";
+    loom_cli_model_opts_init(&o, LOOM_CLI_ALL | LOOM_CLI_DRAFTER);
+    const char *streams_s = "1,8,32";
     int64_t n_prompt = 512, n_gen = 128, seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            help(stdout);
-            return 0;
-        }
-        int r = loom_cli_model_opt(&o, argc, argv, &i);
-        if (r < 0)
-            return 2;
-        if (r == 1)
-            continue;
-        if (a[0] == '-') {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "loom bench: %s needs a value\n", a);
-                return 2;
-            }
-            const char *v = argv[++i];
-            int bad = 0;
-            if (!strcmp(a, "--streams"))
-                streams_s = v;
-            else if (!strcmp(a, "--prompt"))
-                bad = parse_count(a, v, 1, 1 << 24, &n_prompt);
-            else if (!strcmp(a, "--gen"))
-                bad = parse_count(a, v, 2, 1 << 24, &n_gen);
-            else if (!strcmp(a, "--seed"))
-                bad = parse_count(a, v, 0, INT64_MAX, &seed);
-            else {
-                fprintf(stderr, "loom bench: unknown option '%s'\n", a);
-                help(stderr);
-                return 2;
-            }
-            if (bad)
-                return 2;
-            continue;
-        }
-        if (model) {
-            fprintf(stderr, "loom bench: unexpected argument '%s'\n", a);
-            return 2;
-        }
-        model = a;
-    }
-    if (!model) {
-        help(stderr);
-        return 2;
-    }
+    const loom_cli_opt opts[] = {
+        {0, "streams", "LIST", LOOM_OPT_STR, &streams_s, 0, 0, NULL, NULL,
+         "stream counts (default 1,8,32)"},
+        {0, "prompt", "N", LOOM_OPT_INT, &n_prompt, 1, 1 << 24, NULL, NULL,
+         "prompt tokens per stream (default 512)"},
+        {0, "gen", "N", LOOM_OPT_INT, &n_gen, 2, 1 << 24, NULL, NULL,
+         "tokens generated per stream (default 128)"},
+        {0, "seed", "S", LOOM_OPT_INT, &seed, 0, 9e18, NULL, NULL,
+         "prompt ids seed (default 1)"},
+        {0},
+    };
+    const loom_cli_cmd cmd = {"bench", bench_usage, {opts, o.table}, 1, 1};
+    const char *model;
+    int r = loom_cli_parse(&cmd, argc, argv, &model);
+    if (r >= 0)
+        return r;
     int32_t *streams = NULL, n_streams = 0;
     if (loom_cli_parse_ids(streams_s, &streams, &n_streams) != 0)
         return 2;

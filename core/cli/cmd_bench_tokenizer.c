@@ -9,48 +9,32 @@
 #include <loom/platform.h>
 #include <loom/tokenizer.h>
 
+#include "cli_opts.h"
 #include "commands.h"
 
-static void help(FILE *out)
-{
-    fprintf(out,
-            "usage: loom bench-tokenizer MODEL FILE [--size-mb N] "
-            "[--seconds S]\n\n"
-            "Encodes FILE (repeated until it is at least N MB, default 4) "
-            "on one thread\nagain and again for at least S seconds (default "
-            "2) and prints one JSON\nobject: bytes, tokens, seconds per "
-            "encode, mb_per_s (1 MB = 10^6 bytes),\ntokens_per_s and "
-            "load_seconds.\n");
-}
+static const char bt_usage[] =
+    "usage: loom bench-tokenizer MODEL FILE [options]\n\n"
+    "Encodes FILE (repeated until it is at least N MB) on one thread again "
+    "and\nagain for at least S seconds and prints one JSON object: bytes, "
+    "tokens,\nseconds per encode, mb_per_s (1 MB = 10^6 bytes), tokens_per_s "
+    "and\nload_seconds.\n";
 
 int loom_cmd_bench_tokenizer(int argc, char **argv)
 {
-    const char *model = NULL, *file = NULL;
     double size_mb = 4, seconds = 2;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            help(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--size-mb") && i + 1 < argc) {
-            size_mb = atof(argv[++i]);
-        } else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
-            seconds = atof(argv[++i]);
-        } else if (argv[i][0] != '-' && !model) {
-            model = argv[i];
-        } else if (argv[i][0] != '-' && !file) {
-            file = argv[i];
-        } else {
-            fprintf(stderr, "loom bench-tokenizer: unexpected argument '%s'\n",
-                    argv[i]);
-            help(stderr);
-            return 2;
-        }
-    }
-    if (!model || !file || size_mb <= 0 || size_mb > 4096) {
-        help(stderr);
-        return 2;
-    }
+    const loom_cli_opt opts[] = {
+        {0, "size-mb", "N", LOOM_OPT_NUM, &size_mb, 1e-6, 4096, NULL, NULL,
+         "repeat FILE to at least N MB (default 4)"},
+        {0, "seconds", "S", LOOM_OPT_NUM, &seconds, 0, 1e6, NULL, NULL,
+         "encode for at least S seconds (default 2)"},
+        {0},
+    };
+    const loom_cli_cmd cmd = {"bench-tokenizer", bt_usage, {opts}, 2, 2};
+    const char *pos[2];
+    int r = loom_cli_parse(&cmd, argc, argv, pos);
+    if (r >= 0)
+        return r;
+    const char *model = pos[0], *file = pos[1];
     loom_err err;
     char dir[4096];
     char *data = NULL;

@@ -11,21 +11,11 @@
 #include "cli_common.h"
 #include "commands.h"
 
-static void help(FILE *out)
-{
-    fprintf(out,
-            "usage: loom inspect MODEL [--json] [--tensors] [--family NAME] "
-            "[--plugin-path DIR]...\n\n"
-            "MODEL is a checkpoint directory or an org/name id in the local "
-            "Hugging Face\nhub cache. Prints the plugin that claims it and the "
-            "geometry that plugin parsed.\n\n"
-            "  --json              one JSON object for machines\n"
-            "  --tensors           also list every tensor (dtype, shape, "
-            "bytes) and the total\n"
-            "  --family NAME       force a family (or drafter) plugin by name\n"
-            "  --plugin-path DIR   search DIR for plugins first (repeatable)\n"
-            "  --device D          the device line for cpu, cuda or auto\n");
-}
+static const char inspect_usage[] =
+    "usage: loom inspect MODEL [options]\n\n"
+    "MODEL is a checkpoint directory or an org/name[@REV] id in the local "
+    "Hugging Face\nhub cache. Prints the plugin that claims it and the "
+    "geometry that plugin parsed.\n";
 
 static void LOOM_ABI f_i64(void *ctx, const char *k, int64_t v)
 {
@@ -45,39 +35,21 @@ static void LOOM_ABI f_str(void *ctx, const char *k, const char *v)
 int loom_cmd_inspect(int argc, char **argv)
 {
     loom_cli_model_opts o;
-    memset(&o, 0, sizeof o);
+    loom_cli_model_opts_init(&o, LOOM_CLI_PLUGIN_PATH | LOOM_CLI_FAMILY |
+                                     LOOM_CLI_DEVICE);
     int json = 0, tensors = 0;
-    const char *model = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            help(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--json")) {
-            json = 1;
-            continue;
-        }
-        if (!strcmp(argv[i], "--tensors")) {
-            tensors = 1;
-            continue;
-        }
-        int r = loom_cli_model_opt(&o, argc, argv, &i);
-        if (r < 0)
-            return 2;
-        if (r == 1)
-            continue;
-        if (argv[i][0] == '-' || model) {
-            fprintf(stderr, "loom inspect: unexpected argument '%s'\n",
-                    argv[i]);
-            help(stderr);
-            return 2;
-        }
-        model = argv[i];
-    }
-    if (!model) {
-        help(stderr);
-        return 2;
-    }
+    const loom_cli_opt opts[] = {
+        {0, "json", NULL, LOOM_OPT_FLAG, &json, 0, 0, NULL, NULL,
+         "one JSON object for machines"},
+        {0, "tensors", NULL, LOOM_OPT_FLAG, &tensors, 0, 0, NULL, NULL,
+         "also list every tensor (dtype, shape, bytes) and the total"},
+        {0},
+    };
+    const loom_cli_cmd cmd = {"inspect", inspect_usage, {opts, o.table}, 1, 1};
+    const char *model;
+    int r = loom_cli_parse(&cmd, argc, argv, &model);
+    if (r >= 0)
+        return r;
 
     loom_host_state hs;
     loom_host_init(&hs, NULL);

@@ -8,16 +8,10 @@
 #include "cli_common.h"
 #include "commands.h"
 
-static void help(FILE *out)
-{
-    fprintf(out,
-            "usage: loom logits MODEL --ids 1,2,3 --out FILE.f32 [options]\n\n"
-            "Runs one forward over the ids as a single prompt and writes the "
-            "logits at\nevery position as little-endian float32 [T, vocab].\n\n"
-            "  --ids LIST          comma-separated token ids (required)\n"
-            "  --out FILE          output file (required)\n");
-    loom_cli_model_opts_help(out);
-}
+static const char logits_usage[] =
+    "usage: loom logits MODEL --ids 1,2,3 --out FILE.f32 [options]\n\n"
+    "Runs one forward over the ids as a single prompt and writes the logits "
+    "at\nevery position as little-endian float32 [T, vocab].\n";
 
 /* The prompt's rows, fed in chunks of at most max_rows; every row asks for
  * its logits, which land in order in `logits`. */
@@ -62,40 +56,22 @@ static int run_prompt(loom_engine *e, const int32_t *ids, int32_t n,
 int loom_cmd_logits(int argc, char **argv)
 {
     loom_cli_model_opts o;
-    memset(&o, 0, sizeof o);
-    const char *model = NULL, *ids_s = NULL, *out_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            help(stdout);
-            return 0;
-        }
-        if ((!strcmp(argv[i], "--ids") || !strcmp(argv[i], "--out")) &&
-            i + 1 >= argc) {
-            fprintf(stderr, "loom logits: %s needs a value\n", argv[i]);
-            return 2;
-        }
-        if (!strcmp(argv[i], "--ids")) {
-            ids_s = argv[++i];
-            continue;
-        }
-        if (!strcmp(argv[i], "--out")) {
-            out_path = argv[++i];
-            continue;
-        }
-        int r = loom_cli_model_opt(&o, argc, argv, &i);
-        if (r < 0)
-            return 2;
-        if (r == 1)
-            continue;
-        if (argv[i][0] == '-' || model) {
-            fprintf(stderr, "loom logits: unexpected argument '%s'\n", argv[i]);
-            help(stderr);
-            return 2;
-        }
-        model = argv[i];
-    }
-    if (!model || !ids_s || !out_path) {
-        help(stderr);
+    loom_cli_model_opts_init(&o, LOOM_CLI_ALL);
+    const char *ids_s = NULL, *out_path = NULL;
+    const loom_cli_opt opts[] = {
+        {0, "ids", "LIST", LOOM_OPT_STR, &ids_s, 0, 0, NULL, NULL,
+         "comma-separated token ids (required)"},
+        {0, "out", "FILE", LOOM_OPT_STR, &out_path, 0, 0, NULL, NULL,
+         "output file (required)"},
+        {0},
+    };
+    const loom_cli_cmd cmd = {"logits", logits_usage, {opts, o.table}, 1, 1};
+    const char *model;
+    int r = loom_cli_parse(&cmd, argc, argv, &model);
+    if (r >= 0)
+        return r;
+    if (!ids_s || !out_path) {
+        loom_cli_help(&cmd, stderr);
         return 2;
     }
     int32_t *ids = NULL, n = 0;

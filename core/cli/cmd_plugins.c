@@ -9,17 +9,12 @@
 #include "cli_common.h"
 #include "commands.h"
 
-static void help(FILE *out)
-{
-    fprintf(out,
-            "usage: loom plugins [--plugin-path DIR]... [--json]\n\n"
-            "Lists every plugin found (name, kind, version, ABI, path) and "
-            "every file\nrefused with its reason. Search order: --plugin-path "
-            "DIRs, $LOOM_PLUGIN_PATH,\nthe plugins/ directory beside the "
-            "executable, the install directory.\n\n"
-            "  --plugin-path DIR   search DIR first (repeatable)\n"
-            "  --json              one JSON object for machines\n");
-}
+static const char plugins_usage[] =
+    "usage: loom plugins [options]\n\n"
+    "Lists every plugin found (name, kind, version, ABI, path) and every "
+    "file\nrefused with its reason. Search order: --plugin-path DIRs, "
+    "$LOOM_PLUGIN_PATH,\nthe plugins/ directory beside the executable, the "
+    "install directory.\n";
 
 static const char *kind_name(int32_t k)
 {
@@ -31,26 +26,17 @@ static const char *kind_name(int32_t k)
 int loom_cmd_plugins(int argc, char **argv)
 {
     loom_cli_model_opts o;
-    memset(&o, 0, sizeof o);
+    loom_cli_model_opts_init(&o, LOOM_CLI_PLUGIN_PATH);
     int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            help(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--json")) {
-            json = 1;
-            continue;
-        }
-        if (!strcmp(argv[i], "--plugin-path")) {
-            if (loom_cli_model_opt(&o, argc, argv, &i) < 0)
-                return 2;
-            continue;
-        }
-        fprintf(stderr, "loom plugins: unknown option '%s'\n", argv[i]);
-        help(stderr);
-        return 2;
-    }
+    const loom_cli_opt opts[] = {
+        {0, "json", NULL, LOOM_OPT_FLAG, &json, 0, 0, NULL, NULL,
+         "one JSON object for machines"},
+        {0},
+    };
+    const loom_cli_cmd cmd = {"plugins", plugins_usage, {opts, o.table}, 0, 0};
+    int r = loom_cli_parse(&cmd, argc, argv, NULL);
+    if (r >= 0)
+        return r;
     loom_host_state hs;
     loom_host_init(&hs, NULL);
     loom_registry *reg = NULL;

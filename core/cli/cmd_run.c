@@ -1,7 +1,5 @@
 /* `loom run MODEL -p TEXT`: generates from one prompt through the lane,
  * streaming the decoded text to stdout (or the ids with --print-ids). */
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,46 +12,10 @@
 #include <loom/tokenizer.h>
 
 #include "cli_common.h"
+#include "cli_sample.h"
 #include "commands.h"
 
 #define MAX_STOP 16
-
-static void help(FILE *out)
-{
-    fprintf(out,
-            "usage: loom run MODEL (-p TEXT | --ids 1,2,3) [options]\n\n"
-            "Generates from one prompt and streams the text to stdout.\n\n"
-            "  -p, --prompt TEXT     the prompt text (needs tokenizer.json)\n"
-            "  --ids LIST            the prompt as comma-separated token ids\n"
-            "  --chat                format TEXT as a user message with the "
-            "chat template\n"
-            "  -n, --max-tokens N    tokens to generate (default 128; 0: until "
-            "eos or the\n"
-            "                        context is full)\n"
-            "  --temperature T       0 is greedy (default: generation_config."
-            "json's when\n"
-            "                        it samples, else 0)\n"
-            "  --top-k K             keep the K best tokens (0: off)\n"
-            "  --top-p P             keep the smallest set of mass P (1: off)\n"
-            "  --min-p P             keep tokens of at least P x the best's "
-            "probability\n"
-            "  --repeat-penalty R    penalize prompt and generated tokens "
-            "(1: off)\n"
-            "  --presence-penalty X  OpenAI-style, over generated tokens\n"
-            "  --frequency-penalty X OpenAI-style, over generated tokens\n"
-            "  --seed S              sampling seed (default: random, shown by "
-            "--stats)\n"
-            "  --stop S              stop at this text, not printed "
-            "(repeatable)\n"
-            "  --ignore-eos          do not stop at eos ids\n"
-            "  --print-ids           print the generated ids as a JSON array "
-            "instead of text\n"
-            "  --stats               prompt and decode tok/s, time to first "
-            "token on stderr\n"
-            "  --prefill-chunk N     prompt rows per round (default: the "
-            "model's max)\n");
-    loom_cli_model_opts_help(out);
-}
 
 typedef struct run_state {
     int print_ids;
@@ -96,59 +58,10 @@ static int on_event(void *user, const loom_lane_event *ev)
     return 0;
 }
 
-static int parse_num(const char *opt, const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) {
-        fprintf(stderr, "loom run: %s: '%s' is not a number\n", opt, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_u64(const char *opt, const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s || *end || s[0] == '-') {
-        fprintf(stderr, "loom run: %s: '%s' is not an unsigned integer\n", opt,
-                s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* Defaults from generation_config.json when it asks for sampling. */
-static void generation_defaults(loom_engine *e, loom_sample_params *sp)
-{
-    json_t *gc = loom_checkpoint_generation_config(e->ckpt);
-    sp->temperature = 0.0f;
-    if (!gc || !json_is_true(json_object_get(gc, "do_sample")))
-        return;
-    json_t *v = json_object_get(gc, "temperature");
-    sp->temperature = json_is_number(v) ? (float)json_number_value(v) : 1.0f;
-    v = json_object_get(gc, "top_k");
-    if (json_is_integer(v) && json_integer_value(v) >= 0)
-        sp->top_k = (int32_t)json_integer_value(v);
-    v = json_object_get(gc, "top_p");
-    if (json_is_number(v))
-        sp->top_p = (float)json_number_value(v);
-    v = json_object_get(gc, "min_p");
-    if (json_is_number(v))
-        sp->min_p = (float)json_number_value(v);
-    v = json_object_get(gc, "repetition_penalty");
-    if (json_is_number(v))
-        sp->repeat_penalty = (float)json_number_value(v);
-}
-
 /* TEXT (optionally as a chat user message) -> ids. */
 static int encode_prompt(const char *dir, const loom_tokenizer *tok,
-                         const char *text, int chat, int32_t **ids, int32_t *n)
+                         const char *text, int chat, const char *system,
+                         const char *template_file, int32_t **ids, int32_t *n)
 {
     loom_err err = {{0}};
     size_t nn = 0;
@@ -157,12 +70,18 @@ static int encode_prompt(const char *dir, const loom_tokenizer *tok,
         /* the server's prompt path: the template with the real message,
          * tokenized as transformers does */
         loom_chat_template *t = NULL;
-        if (loom_chat_template_load(dir, &t, &err) != LOOM_OK) {
+        if (loom_chat_template_load_file(dir, template_file, &t, &err) !=
+            LOOM_OK) {
             fprintf(stderr, "loom run: --chat: %s\n", err.msg);
             return 1;
         }
-        json_t *msgs =
-            json_pack("[{s:s, s:s}]", "role", "user", "content", text);
+        json_t *msgs = json_array();
+        if (msgs && system)
+            json_array_append_new(msgs, json_pack("{s:s, s:s}", "role",
+                                                  "system", "content", system));
+        if (msgs)
+            json_array_append_new(
+                msgs, json_pack("{s:s, s:s}", "role", "user", "content", text));
         rc = msgs
                  ? loom_chat_prompt(t, tok, msgs, 1, NULL, NULL, ids, &nn, &err)
                  : loom_err_set(&err, LOOM_ERR_NOMEM, "out of memory");
@@ -183,117 +102,74 @@ static int encode_prompt(const char *dir, const loom_tokenizer *tok,
     return 0;
 }
 
+static const char run_usage[] =
+    "usage: loom run MODEL (-p TEXT | -f FILE | --ids 1,2,3) [options]\n\n"
+    "Generates from one prompt and streams the text to stdout.\n";
+
 int loom_cmd_run(int argc, char **argv)
 {
     loom_cli_model_opts o;
-    memset(&o, 0, sizeof o);
-    const char *model = NULL, *text = NULL, *ids_s = NULL;
+    loom_cli_model_opts_init(&o, LOOM_CLI_ALL | LOOM_CLI_DRAFTER);
+    loom_cli_sample smp;
+    loom_cli_sample_init(&smp);
+    const char *text = NULL, *file = NULL, *ids_s = NULL, *system = NULL,
+               *template_file = NULL;
     const char *stops[MAX_STOP];
     int n_stop = 0, chat = 0, print_ids = 0, stats = 0, ignore_eos = 0;
     int64_t max_tokens = 128, chunk = 0;
-    /* sampling options given on the command line; NAN: not given (their
-     * ranges are checked once, by loom_lane_add) */
-    double temp = NAN, top_p = NAN, min_p = NAN, rep = NAN, pres = NAN,
-           freq = NAN, top_k = NAN;
-    uint64_t seed = 0;
-    int has_seed = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            help(stdout);
-            return 0;
-        }
-        int r = loom_cli_model_opt(&o, argc, argv, &i);
-        if (r < 0)
-            return 2;
-        if (r == 1)
-            continue;
-        if (!strcmp(a, "--chat")) {
-            chat = 1;
-            continue;
-        }
-        if (!strcmp(a, "--print-ids")) {
-            print_ids = 1;
-            continue;
-        }
-        if (!strcmp(a, "--stats")) {
-            stats = 1;
-            continue;
-        }
-        if (!strcmp(a, "--ignore-eos")) {
-            ignore_eos = 1;
-            continue;
-        }
-        if (a[0] == '-') { /* every other option takes a value */
-            if (i + 1 >= argc) {
-                fprintf(stderr, "loom run: %s needs a value\n", a);
-                return 2;
-            }
-            const char *v = argv[++i];
-            double d;
-            int bad = 0;
-            if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
-                text = v;
-            else if (!strcmp(a, "--ids"))
-                ids_s = v;
-            else if (!strcmp(a, "--stop")) {
-                if (n_stop == MAX_STOP) {
-                    fprintf(stderr, "loom run: at most %d --stop\n", MAX_STOP);
-                    return 2;
-                }
-                stops[n_stop++] = v;
-            } else if (!strcmp(a, "--seed")) {
-                bad = parse_u64(a, v, &seed);
-                has_seed = 1;
-            } else if (parse_num(a, v, &d)) {
-                return 2;
-            } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
-                max_tokens = (int64_t)d;
-                bad = d < 0 || d != floor(d) || d > INT32_MAX;
-            } else if (!strcmp(a, "--prefill-chunk")) {
-                chunk = (int64_t)d;
-                bad = d < 0 || d != floor(d) || d > INT32_MAX;
-            } else if (!strcmp(a, "--temperature"))
-                temp = d;
-            else if (!strcmp(a, "--top-k")) {
-                top_k = d;
-                bad = d != floor(d) || d < INT32_MIN || d > INT32_MAX;
-            } else if (!strcmp(a, "--top-p"))
-                top_p = d;
-            else if (!strcmp(a, "--min-p"))
-                min_p = d;
-            else if (!strcmp(a, "--repeat-penalty"))
-                rep = d;
-            else if (!strcmp(a, "--presence-penalty"))
-                pres = d;
-            else if (!strcmp(a, "--frequency-penalty"))
-                freq = d;
-            else {
-                fprintf(stderr, "loom run: unknown option '%s'\n", a);
-                help(stderr);
-                return 2;
-            }
-            if (bad) {
-                fprintf(stderr, "loom run: %s: '%s' is out of range\n", a, v);
-                return 2;
-            }
-            continue;
-        }
-        if (model) {
-            fprintf(stderr, "loom run: unexpected argument '%s'\n", a);
-            help(stderr);
-            return 2;
-        }
-        model = a;
-    }
-    if (!model || (!text && !ids_s) || (text && ids_s)) {
-        fprintf(stderr, "loom run: give MODEL and one of -p TEXT or --ids\n");
-        help(stderr);
+    const loom_cli_opt opts[] = {
+        {'p', "prompt", "TEXT", LOOM_OPT_STR, &text, 0, 0, NULL, NULL,
+         "the prompt text (needs tokenizer.json); -: read stdin"},
+        {'f', "file", "FILE", LOOM_OPT_STR, &file, 0, 0, NULL, NULL,
+         "read the prompt text from FILE (-: stdin)"},
+        {0, "ids", "LIST", LOOM_OPT_STR, &ids_s, 0, 0, NULL, NULL,
+         "the prompt as comma-separated token ids"},
+        {0, "chat", NULL, LOOM_OPT_FLAG, &chat, 0, 0, NULL, NULL,
+         "format TEXT as a user message with the chat template"},
+        {0, "system", "TEXT", LOOM_OPT_STR, &system, 0, 0, NULL, NULL,
+         "a system message before it (implies --chat)"},
+        {0, "chat-template", "FILE", LOOM_OPT_STR, &template_file, 0, 0, NULL,
+         NULL, "a Jinja chat template instead of the model's (implies --chat)"},
+        {'n', "max-tokens", "N", LOOM_OPT_INT, &max_tokens, 0, INT32_MAX, NULL,
+         NULL,
+         "tokens to generate (default 128; 0: until eos or the\ncontext is "
+         "full)"},
+        {0, "stop", "S", LOOM_OPT_LIST, stops, 0, MAX_STOP, &n_stop, NULL,
+         "stop at this text, not printed (repeatable)"},
+        {0, "ignore-eos", NULL, LOOM_OPT_FLAG, &ignore_eos, 0, 0, NULL, NULL,
+         "do not stop at eos ids"},
+        {0, "print-ids", NULL, LOOM_OPT_FLAG, &print_ids, 0, 0, NULL, NULL,
+         "print the generated ids as a JSON array instead of text"},
+        {0, "stats", NULL, LOOM_OPT_FLAG, &stats, 0, 0, NULL, NULL,
+         "prompt and decode tok/s, time to first token on stderr\n(with "
+         "--drafter, the acceptance lengths too)"},
+        {0, "prefill-chunk", "N", LOOM_OPT_INT, &chunk, 0, INT32_MAX, NULL,
+         NULL, "prompt rows per round (default: the model's max)"},
+        {0},
+    };
+    const loom_cli_cmd cmd = {
+        "run", run_usage, {opts, smp.table, o.table}, 1, 1};
+    const char *model;
+    int r = loom_cli_parse(&cmd, argc, argv, &model);
+    if (r >= 0)
+        return r;
+    if ((!!text + !!file + !!ids_s) != 1) {
+        fprintf(stderr,
+                "loom run: give MODEL and one of -p TEXT, -f FILE or --ids\n");
         return 2;
     }
-    if (chat && !text) {
-        fprintf(stderr, "loom run: --chat needs -p TEXT\n");
+    if (system || template_file)
+        chat = 1;
+    if (chat && ids_s) {
+        fprintf(stderr, "loom run: --chat needs -p TEXT or -f FILE\n");
         return 2;
+    }
+    char *read_text = NULL;
+    if (file || (text && !strcmp(text, "-"))) {
+        read_text = loom_cli_read_text("run", file ? file : "-");
+        if (!read_text)
+            return 1;
+        text = read_text;
     }
 
     loom_engine_params ep;
@@ -303,6 +179,7 @@ int loom_cmd_run(int argc, char **argv)
     loom_err err = {{0}};
     if (loom_engine_open(&ep, &e, &err) != LOOM_OK) {
         fprintf(stderr, "loom run: %s\n", err.msg);
+        free(read_text);
         return 1;
     }
     const char *dir = loom_checkpoint_dir(e->ckpt);
@@ -328,7 +205,8 @@ int loom_cmd_run(int argc, char **argv)
         st.print_ids = print_ids = 1;
     }
     if (text) {
-        if (encode_prompt(dir, tok, text, chat, &prompt, &n_prompt)) {
+        if (encode_prompt(dir, tok, text, chat, system, template_file, &prompt,
+                          &n_prompt)) {
             rc = 1;
             goto done;
         }
@@ -352,24 +230,7 @@ int loom_cmd_run(int argc, char **argv)
     memset(&sp, 0, sizeof sp);
     sp.prompt = prompt;
     sp.n_prompt = n_prompt;
-    loom_sample_params_default(&sp.sample);
-    generation_defaults(e, &sp.sample);
-    if (!isnan(temp))
-        sp.sample.temperature = (float)temp;
-    if (!isnan(top_k))
-        sp.sample.top_k = (int32_t)top_k;
-    if (!isnan(top_p))
-        sp.sample.top_p = (float)top_p;
-    if (!isnan(min_p))
-        sp.sample.min_p = (float)min_p;
-    if (!isnan(rep))
-        sp.sample.repeat_penalty = (float)rep;
-    if (!isnan(pres))
-        sp.sample.presence_penalty = (float)pres;
-    if (!isnan(freq))
-        sp.sample.frequency_penalty = (float)freq;
-    sp.sample.seed = seed;
-    sp.sample.has_seed = has_seed;
+    loom_cli_sample_apply(&smp, e, &sp.sample);
     sp.max_tokens = (int32_t)max_tokens;
     sp.stop = stops;
     sp.n_stop = n_stop;
@@ -425,5 +286,6 @@ done:
     if (tok)
         loom_tokenizer_free(tok);
     loom_engine_close(e);
+    free(read_text);
     return rc;
 }

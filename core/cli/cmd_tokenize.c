@@ -1,5 +1,7 @@
 /* `loom tokenize`, `loom detokenize` and `loom chat-format`: a checkpoint's
  * tokenizer and chat template from the command line. */
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,48 +28,47 @@ static int open_tokenizer(const char *cmd, const char *model,
     return 1;
 }
 
-static void tokenize_help(FILE *out)
-{
-    fprintf(out,
-            "usage: loom tokenize MODEL TEXT [--no-special]\n\n"
-            "Prints the token ids of TEXT as a JSON array, as the Hugging "
-            "Face tokenizers\nlibrary's encode(TEXT, add_special_tokens=False) "
-            "gives them: added tokens\nwritten in TEXT (e.g. <|im_end|>) "
-            "become their ids.\nMODEL is a checkpoint directory or an "
-            "org/name id in the local hub cache.\n\n"
-            "  --no-special   encode special tokens written in TEXT as plain "
-            "text\n");
-}
+static const char tokenize_usage[] =
+    "usage: loom tokenize MODEL (TEXT | -f FILE) [options]\n\n"
+    "Prints the token ids of TEXT (-: stdin) as a JSON array, as the Hugging "
+    "Face\ntokenizers library's encode(TEXT, add_special_tokens=False) gives "
+    "them: added\ntokens written in TEXT (e.g. <|im_end|>) become their ids.\n"
+    "MODEL is a checkpoint directory or an org/name[@REV] id in the local hub "
+    "cache.\n";
 
 int loom_cmd_tokenize(int argc, char **argv)
 {
-    const char *model = NULL, *text = NULL;
-    int parse_special = 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            tokenize_help(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--no-special")) {
-            parse_special = 0;
-        } else if (!model) {
-            model = argv[i];
-        } else if (!text) {
-            text = argv[i];
-        } else {
-            fprintf(stderr, "loom tokenize: unexpected argument '%s'\n",
-                    argv[i]);
-            tokenize_help(stderr);
-            return 2;
-        }
-    }
-    if (!model || !text) {
-        tokenize_help(stderr);
+    int no_special = 0;
+    const char *file = NULL;
+    const loom_cli_opt opts[] = {
+        {0, "no-special", NULL, LOOM_OPT_FLAG, &no_special, 0, 0, NULL, NULL,
+         "encode special tokens written in TEXT as plain text"},
+        {'f', "file", "FILE", LOOM_OPT_STR, &file, 0, 0, NULL, NULL,
+         "read TEXT from FILE (-: stdin)"},
+        {0},
+    };
+    const loom_cli_cmd cmd = {"tokenize", tokenize_usage, {opts}, 1, 2};
+    const char *pos[2];
+    int r = loom_cli_parse(&cmd, argc, argv, pos);
+    if (r >= 0)
+        return r;
+    const char *model = pos[0], *text = pos[1];
+    int parse_special = !no_special;
+    if (!!text == !!file) {
+        fprintf(stderr, "loom tokenize: give TEXT or -f FILE\n");
         return 2;
     }
+    char *read_text = NULL;
+    if (file || !strcmp(text, "-")) {
+        if (!(read_text = loom_cli_read_text("tokenize", file ? file : "-")))
+            return 1;
+        text = read_text;
+    }
     loom_tokenizer *tok;
-    if (!open_tokenizer("tokenize", model, &tok))
+    if (!open_tokenizer("tokenize", model, &tok)) {
+        free(read_text);
         return 1;
+    }
     int32_t *ids = NULL;
     size_t n = 0;
     loom_err err;
@@ -83,55 +84,111 @@ int loom_cmd_tokenize(int argc, char **argv)
         printf("]\n");
     }
     free(ids);
+    free(read_text);
     loom_tokenizer_free(tok);
     return rc;
 }
 
-static void detokenize_help(FILE *out)
+/* IDS as `loom tokenize` prints them ("[9707, 11]") or as a list
+ * ("9707,11", "9707 11"). Returns 0, or -1 with a message. */
+static int parse_id_text(const char *s, int32_t **ids, int32_t *n)
 {
-    fprintf(out,
-            "usage: loom detokenize MODEL IDS [--skip-special] [--raw]\n\n"
-            "Prints the text of IDS (comma-separated, e.g. 9707,11,1879) "
-            "followed by a\nnewline. Bytes that are not valid UTF-8 become "
-            "U+FFFD, as Hugging Face's\ndecode gives them.\n\n"
-            "  --skip-special   leave special tokens out\n"
-            "  --raw            no newline after the text\n");
+    size_t cap = 16, k = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v)
+        return -1;
+    const char *p = s;
+    while (isspace((unsigned char)*p))
+        p++;
+    int bracket = *p == '[';
+    p += bracket;
+    for (;;) {
+        while (isspace((unsigned char)*p))
+            p++;
+        if (!*p || (bracket && *p == ']'))
+            break;
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (errno || end == p || x < 0 || x > INT32_MAX) {
+            fprintf(stderr, "loom detokenize: bad token id at '%.20s'\n", p);
+            free(v);
+            return -1;
+        }
+        if (k == cap) {
+            int32_t *nv = realloc(v, cap * 2 * sizeof *nv);
+            if (!nv) {
+                free(v);
+                return -1;
+            }
+            v = nv;
+            cap *= 2;
+        }
+        v[k++] = (int32_t)x;
+        p = end;
+        while (isspace((unsigned char)*p))
+            p++;
+        if (*p == ',')
+            p++;
+        else if (*p && !(bracket && *p == ']') &&
+                 !isspace((unsigned char)p[-1])) {
+            fprintf(stderr, "loom detokenize: bad token id at '%.20s'\n", p);
+            free(v);
+            return -1;
+        }
+    }
+    int open = bracket && *p != ']';
+    p += bracket && !open;
+    while (isspace((unsigned char)*p))
+        p++;
+    if (*p || k == 0 || open) {
+        fprintf(stderr, "loom detokenize: %s\n",
+                open ? "no closing ']'"
+                : k  ? "text after the closing ']'"
+                     : "no token ids");
+        free(v);
+        return -1;
+    }
+    *ids = v;
+    *n = (int32_t)k;
+    return 0;
 }
+
+static const char detokenize_usage[] =
+    "usage: loom detokenize MODEL IDS [options]\n\n"
+    "Prints the text of IDS followed by a newline: comma- or space-separated "
+    "ids\n(9707,11,1879), or loom tokenize's output ([9707, 11, 1879]); -: "
+    "read them\nfrom stdin. Bytes that are not valid UTF-8 become U+FFFD, as "
+    "Hugging Face's\ndecode gives them.\n";
 
 int loom_cmd_detokenize(int argc, char **argv)
 {
-    const char *model = NULL, *list = NULL;
     int skip = 0, raw = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            detokenize_help(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--skip-special")) {
-            skip = 1;
-        } else if (!strcmp(argv[i], "--raw")) {
-            raw = 1;
-        } else if (!model) {
-            model = argv[i];
-        } else if (!list) {
-            list = argv[i];
-        } else {
-            fprintf(stderr, "loom detokenize: unexpected argument '%s'\n",
-                    argv[i]);
-            detokenize_help(stderr);
-            return 2;
-        }
-    }
-    if (!model || !list) {
-        detokenize_help(stderr);
-        return 2;
+    const loom_cli_opt opts[] = {
+        {0, "skip-special", NULL, LOOM_OPT_FLAG, &skip, 0, 0, NULL, NULL,
+         "leave special tokens out"},
+        {0, "raw", NULL, LOOM_OPT_FLAG, &raw, 0, 0, NULL, NULL,
+         "no newline after the text"},
+        {0},
+    };
+    const loom_cli_cmd cmd = {"detokenize", detokenize_usage, {opts}, 2, 2};
+    const char *pos[2];
+    int r = loom_cli_parse(&cmd, argc, argv, pos);
+    if (r >= 0)
+        return r;
+    const char *model = pos[0], *list = pos[1];
+    char *read_text = NULL;
+    if (!strcmp(list, "-")) {
+        if (!(read_text = loom_cli_read_text("detokenize", "-")))
+            return 1;
+        list = read_text;
     }
     int32_t *ids = NULL;
     int32_t n = 0;
-    if (loom_cli_parse_ids(list, &ids, &n) != 0) {
-        fprintf(stderr, "loom detokenize: '%s' is not a list of ids\n", list);
+    r = parse_id_text(list, &ids, &n);
+    free(read_text);
+    if (r != 0)
         return 2;
-    }
     loom_tokenizer *tok;
     if (!open_tokenizer("detokenize", model, &tok)) {
         free(ids);
@@ -156,47 +213,50 @@ int loom_cmd_detokenize(int argc, char **argv)
     return rc;
 }
 
-static void chat_help(FILE *out)
+/* MESSAGES.json, or stdin for "-". */
+static loom_status load_messages(const char *file, json_t **doc, loom_err *err)
 {
-    fprintf(out,
-            "usage: loom chat-format MODEL MESSAGES.json "
-            "[--no-generation-prompt]\n\n"
-            "Renders the messages with the chat template of MODEL's "
-            "tokenizer_config.json\nand prints the text, as Hugging Face's "
-            "apply_chat_template(tokenize=False)\ngives it. MESSAGES.json is "
-            "an array of {\"role\", \"content\"} objects, or an\nobject "
-            "with \"messages\" and other template variables (\"tools\", "
-            "\"enable_thinking\", ...).\n\n"
-            "  --no-generation-prompt   do not open an assistant turn at the "
-            "end\n");
+    if (strcmp(file, "-"))
+        return loom_json_load_file(file, doc, err);
+    char *text = loom_cli_read_text("chat-format", "-");
+    if (!text)
+        return loom_err_set(err, LOOM_ERR_IO, "stdin: not read");
+    json_error_t je;
+    *doc = json_loads(text, 0, &je);
+    free(text);
+    if (!*doc)
+        return loom_err_set(err, LOOM_ERR_FORMAT, "stdin:%d:%d: %s", je.line,
+                            je.column, je.text);
+    return LOOM_OK;
 }
+
+static const char chat_usage[] =
+    "usage: loom chat-format MODEL MESSAGES.json [options]\n\n"
+    "Renders the messages with the chat template of MODEL (chat_template.jinja "
+    "or\ntokenizer_config.json) and prints the text, as Hugging Face's\n"
+    "apply_chat_template(tokenize=False) gives it. MESSAGES.json (-: stdin) is "
+    "an\narray of {\"role\", \"content\"} objects, or an object with "
+    "\"messages\" and\nother template variables (\"tools\", "
+    "\"enable_thinking\", ...).\n";
 
 int loom_cmd_chat_format(int argc, char **argv)
 {
-    const char *model = NULL, *file = NULL;
-    int gen = 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            chat_help(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--no-generation-prompt")) {
-            gen = 0;
-        } else if (!model) {
-            model = argv[i];
-        } else if (!file) {
-            file = argv[i];
-        } else {
-            fprintf(stderr, "loom chat-format: unexpected argument '%s'\n",
-                    argv[i]);
-            chat_help(stderr);
-            return 2;
-        }
-    }
-    if (!model || !file) {
-        chat_help(stderr);
-        return 2;
-    }
+    int no_gen = 0;
+    const char *template_file = NULL;
+    const loom_cli_opt opts[] = {
+        {0, "no-generation-prompt", NULL, LOOM_OPT_FLAG, &no_gen, 0, 0, NULL,
+         NULL, "do not open an assistant turn at the end"},
+        {0, "chat-template", "FILE", LOOM_OPT_STR, &template_file, 0, 0, NULL,
+         NULL, "a Jinja chat template instead of the model's"},
+        {0},
+    };
+    const loom_cli_cmd cmd = {"chat-format", chat_usage, {opts}, 2, 2};
+    const char *pos[2];
+    int r = loom_cli_parse(&cmd, argc, argv, pos);
+    if (r >= 0)
+        return r;
+    const char *model = pos[0], *file = pos[1];
+    int gen = !no_gen;
     char dir[4096];
     loom_err err;
     json_t *doc = NULL;
@@ -204,8 +264,8 @@ int loom_cmd_chat_format(int argc, char **argv)
     char *text = NULL;
     int rc = 1;
     if (loom_model_resolve(model, dir, sizeof dir, &err) != LOOM_OK ||
-        loom_json_load_file(file, &doc, &err) != LOOM_OK ||
-        loom_chat_template_load(dir, &tpl, &err) != LOOM_OK)
+        load_messages(file, &doc, &err) != LOOM_OK ||
+        loom_chat_template_load_file(dir, template_file, &tpl, &err) != LOOM_OK)
         goto done;
     json_t *messages = doc, *extra = NULL;
     if (json_is_object(doc)) {

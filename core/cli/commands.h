@@ -27,4 +27,6 @@ int loom_cmd_bench_tokenizer(int argc, char **argv);
  * --streams 1,8,32` (cmd_bench.c): generation through the lane. */
 int loom_cmd_run(int argc, char **argv);
 int loom_cmd_bench(int argc, char **argv);
+/* `loom chat MODEL`: an interactive multi-turn chat (cmd_chat.c). */
+int loom_cmd_chat(int argc, char **argv);
 #endif

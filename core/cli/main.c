@@ -24,6 +24,7 @@ static const struct command commands[] = {
      "render messages with the checkpoint's chat template"},
     {"logits", loom_cmd_logits, "write the logits of one forward to a file"},
     {"run", loom_cmd_run, "generate text or ids"},
+    {"chat", loom_cmd_chat, "an interactive chat on a terminal"},
     {"bench", loom_cmd_bench, "measure prefill and decode speed"},
     {"bench-tokenizer", loom_cmd_bench_tokenizer, "measure encoding speed"},
     {"serve", loom_cmd_serve, "OpenAI-compatible HTTP server"},

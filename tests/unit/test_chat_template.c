@@ -458,6 +458,18 @@ static const struct {
     {"{{ [1] | tojson(indent=1000000000) }}", NULL, LOOM_ERR_RANGE,
      "indent over 1000"},
     {"{{ [1] | tojson(indent=2) }}", NULL, LOOM_OK, "[\n  1\n]"},
+    /* the filters of chat_template_filter.c under the same bounds */
+    {"{{ ('a\\n' * 1000000) | indent(100) }}", NULL, LOOM_ERR_RANGE,
+     "size limit"},
+    {"{{ 'a' | center(2000000) }}", NULL, LOOM_ERR_RANGE, "width out of range"},
+    {"{{ '%1000d' | format(1) }}", NULL, LOOM_ERR_RANGE, "over 400"},
+    {"{{ '%5d|%-4s|' | format(42, 'ab') }}", NULL, LOOM_OK, "   42|ab  |"},
+    {"{{ [1] | batch(100000000, 0) }}", NULL, LOOM_ERR_RANGE, "list limit"},
+    {"{{ range(1000000) | list | unique | length }}", NULL, LOOM_ERR_RANGE,
+     "steps"},
+    {"{% filter upper %}{{ 'a' * 60000000 }}{{ 'a' * 10000000 }}"
+     "{% endfilter %}",
+     NULL, LOOM_ERR_RANGE, "size limit"},
     {"{% set ns = namespace(s='a') %}{% for i in range(100) %}"
      "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
      NULL, LOOM_ERR_RANGE, "size limit"},

@@ -172,6 +172,56 @@ START_TEST(test_missing_id)
 }
 END_TEST
 
+/* org/name@REV: a branch under refs/ (also with '/'), a snapshot hash
+ * whole or by a unique prefix; a missing revision names the cache. */
+START_TEST(test_revision)
+{
+    clear_env();
+    const char *root = temp_dir();
+    setenv("HF_HUB_CACHE", root, 1);
+    fake_repo(root, "org--rev", "aaaa1111bbbb2222\n", "aaaa1111bbbb2222");
+    char p[1024], want[1024];
+    snprintf(p, sizeof p, "%s/models--org--rev/snapshots/cccc3333dddd4444",
+             root);
+    mkdirs(p);
+    snprintf(p, sizeof p, "%s/models--org--rev/snapshots/cccc3333eeee5555",
+             root);
+    mkdirs(p);
+    snprintf(p, sizeof p, "%s/models--org--rev/refs/dev", root);
+    write_text(p, "cccc3333dddd4444");
+    snprintf(p, sizeof p, "%s/models--org--rev/refs/pr", root);
+    mkdirs(p);
+    snprintf(p, sizeof p, "%s/models--org--rev/refs/pr/1", root);
+    write_text(p, "cccc3333eeee5555\n");
+
+    snprintf(want, sizeof want, "%s/models--org--rev/snapshots/%s", root,
+             "aaaa1111bbbb2222");
+    expect_dir("org/rev", want);
+    expect_dir("org/rev@main", want);
+    expect_dir("org/rev@aaaa111", want); /* a unique prefix */
+    snprintf(want, sizeof want, "%s/models--org--rev/snapshots/%s", root,
+             "cccc3333dddd4444");
+    expect_dir("org/rev@dev", want);
+    expect_dir("org/rev@cccc3333dddd4444", want);
+    snprintf(want, sizeof want, "%s/models--org--rev/snapshots/%s", root,
+             "cccc3333eeee5555");
+    expect_dir("org/rev@pr/1", want);
+
+    /* missing: the message names the revision, the cache and the snapshots */
+    expect_fail("org/rev@nope", LOOM_ERR_NOT_FOUND, "revision nope", root);
+    expect_fail("org/rev@nope", LOOM_ERR_NOT_FOUND, "refs/nope",
+                "aaaa1111bbbb2222");
+    expect_fail("org/rev@cccc3333", LOOM_ERR_NOT_FOUND,
+                "more than one snapshot", NULL);
+    expect_fail("org/rev@aaaa", LOOM_ERR_NOT_FOUND, "revision aaaa", NULL);
+    /* names that would climb out of the repo */
+    expect_fail("org/rev@../x", LOOM_ERR_NOT_FOUND, "org/name[@REV]", NULL);
+    expect_fail("org/rev@", LOOM_ERR_NOT_FOUND, "org/name[@REV]", NULL);
+    expect_fail("org/rev@a/../../b", LOOM_ERR_NOT_FOUND, "org/name[@REV]",
+                NULL);
+}
+END_TEST
+
 START_TEST(test_missing_everything)
 {
     clear_env();
@@ -213,6 +263,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_hf_home);
     tcase_add_test(tc, test_home_fallback);
     tcase_add_test(tc, test_missing_id);
+    tcase_add_test(tc, test_revision);
     tcase_add_test(tc, test_missing_everything);
     tcase_add_test(tc, test_not_an_id);
     suite_add_tcase(s, tc);

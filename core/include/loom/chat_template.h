@@ -25,11 +25,17 @@ loom_status loom_chat_template_parse(const char *source,
                                      loom_chat_template **out, loom_err *err);
 
 /* Loads chat_template, bos_token and eos_token from DIR's
- * tokenizer_config.json (DIR may also name the file itself). A template
- * given as a list of named templates uses the one named "default".
- * LOOM_ERR_NOT_FOUND when the file has no chat template. */
+ * tokenizer_config.json (DIR may also name the file itself); DIR's
+ * chat_template.jinja, when present, is the template (as transformers
+ * prefers it). A template given as a list of named templates uses the one
+ * named "default". LOOM_ERR_NOT_FOUND when there is no chat template. */
 loom_status loom_chat_template_load(const char *dir, loom_chat_template **out,
                                     loom_err *err);
+/* The same with the template source read from FILE (NULL: as above);
+ * bos_token and eos_token still come from DIR when it has them. */
+loom_status loom_chat_template_load_file(const char *dir, const char *file,
+                                         loom_chat_template **out,
+                                         loom_err *err);
 void loom_chat_template_free(loom_chat_template *t);
 
 /* The special token strings loaded with the template ("" when none). */

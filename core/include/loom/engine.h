@@ -28,6 +28,10 @@ typedef struct loom_engine_params {
     double gpu_memory;
     const char *drafter;        /* a drafter checkpoint directory, or NULL */
     const char *drafter_plugin; /* force a drafter plugin by name, or NULL */
+    /* When set, the weights are read in once before the family opens the
+     * model, with progress (bytes read of the total) reported as they are. */
+    void (*progress)(void *user, uint64_t done, uint64_t total);
+    void *progress_user;
 } loom_engine_params;
 
 /* engine->pin when the family copied its weights out of the mapping. */

@@ -64,6 +64,7 @@ typedef struct loom_lane_event {
     int32_t n_generated; /* tokens sampled so far, this one included */
     double ttft_s;       /* add -> first token; 0 before it */
     double elapsed_s;    /* add -> this event */
+    double queue_s;      /* add -> a cache for it (so far, while waiting) */
 } loom_lane_event;
 
 /* Called on the lane thread, without the lane's lock held (it may call
@@ -156,6 +157,8 @@ void loom_lane_stop(loom_lane *lane);
  * to do. LOOM_ERR_STATE while the lane thread runs. A failed forward ends the
  * round's streams with ERROR events and is returned here as well. */
 loom_status loom_lane_step(loom_lane *lane, int32_t *n_rows, loom_err *err);
+/* The most streams holding a cache at once, as the lane settled it. */
+int32_t loom_lane_max_streams(const loom_lane *lane);
 /* Streams not yet finished (active + queued) [any-thread]. */
 int32_t loom_lane_pending(loom_lane *lane);
 

@@ -93,6 +93,12 @@ void loom_cond_signal(loom_cond *c);
 void loom_cond_broadcast(loom_cond *c);
 int loom_cpu_count(void);
 
+/* The local time now written by strftime FORMAT into buf; 0, or -1 when
+ * it does not fit. */
+int loom_local_time_format(const char *format, char *buf, size_t size);
+/* 1 when standard stream fd (0, 1, 2) is a terminal. */
+int loom_is_terminal(int fd);
+
 /* ---- append-only files (request logs) */
 typedef struct loom_file loom_file;
 /* Opens path for appending, creating it (mode 0600) when absent. */

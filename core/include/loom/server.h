@@ -37,6 +37,20 @@ typedef struct loom_server_params {
     /* 1: chat replies keep <think>...</think> in content rather than
      * returning it as reasoning_content. */
     int no_reasoning_split;
+    /* One more key /v1 accepts (--api-key, $LOOM_API_KEY), beside or
+     * instead of the key file; NULL: none. */
+    const char *api_key;
+    /* Origins allowed by CORS ("*": any); preflight OPTIONS is answered for
+     * them. None: no CORS headers, OPTIONS is a 405. */
+    const char *const *cors_origins;
+    int n_cors_origins;
+    /* Seconds a request may take before it ends with a timeout error; 0: no
+     * limit. */
+    double request_timeout_s;
+    /* PEM files: both given, the server speaks HTTPS only. */
+    const char *tls_cert, *tls_key;
+    /* A Jinja chat template replacing the model's; NULL: the model's. */
+    const char *chat_template_file;
 } loom_server_params;
 
 /* Binds and starts answering: until loom_server_load succeeds /health is 503
@@ -51,6 +65,17 @@ int loom_server_port(const loom_server *srv);
  * makes the server ready. The server owns what it opened. */
 loom_status loom_server_load(loom_server *srv, const loom_engine_params *ep,
                              loom_err *err);
+
+/* What a loaded server runs, for its startup summary; strings owned by the
+ * server. */
+typedef struct loom_server_info {
+    const char *model_dir, *model_name, *family, *device;
+    int64_t ctx;
+    int32_t streams;
+    int threads;
+    int tls; /* 1: HTTPS */
+} loom_server_info;
+void loom_server_describe(const loom_server *srv, loom_server_info *out);
 
 /* Rereads the API key file (SIGHUP). On failure the old keys stay. */
 loom_status loom_server_reload_keys(loom_server *srv, loom_err *err);

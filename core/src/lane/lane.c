@@ -401,3 +401,8 @@ void loom_lane_free(loom_lane *lane)
         loom_mutex_free(lane->mu);
     free(lane);
 }
+
+int32_t loom_lane_max_streams(const loom_lane *lane)
+{
+    return lane->max_streams;
+}

@@ -56,7 +56,7 @@ typedef struct stream {
     char *held; /* decoded text not yet released (stop-string prefixes,
                    and without a tokenizer a partial UTF-8 character) */
     size_t n_held, cap_held;
-    uint64_t t_add, t_first;
+    uint64_t t_add, t_first, t_admit; /* t_admit: when it got a cache */
 
     /* speculation (spec.c): the drafter's stream, NULL when this stream
      * decodes plainly */

@@ -226,6 +226,8 @@ static void event_init(const stream *s, int32_t token, uint64_t now,
     ev->n_generated = s->n_gen;
     ev->ttft_s = s->t_first ? (double)(s->t_first - s->t_add) * 1e-9 : 0.0;
     ev->elapsed_s = (double)(now - s->t_add) * 1e-9;
+    ev->queue_s =
+        s->t_admit ? (double)(s->t_admit - s->t_add) * 1e-9 : ev->elapsed_s;
 }
 
 static void event_logprobs(const stream *s, const loom_sample_result *res,

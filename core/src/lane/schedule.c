@@ -124,6 +124,7 @@ static loom_status admit(loom_lane *lane, stream *s, loom_err *err)
     for (int32_t j = 0; j < s->n_prompt; j++)
         loom_sampler_accept(s->sampler, s->prompt[j], 0);
     s->state = ST_PREFILL;
+    s->t_admit = loom_now_ns();
     return LOOM_OK;
 }
 

@@ -481,6 +481,23 @@ void loom_cond_broadcast(loom_cond *c)
     pthread_cond_broadcast(&c->c);
 }
 
+int loom_local_time_format(const char *format, char *buf, size_t size)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    if (!localtime_r(&now, &tm))
+        return -1;
+    /* an empty result is a valid one for an empty format */
+    if (size == 0 || (strftime(buf, size, format, &tm) == 0 && format[0]))
+        return -1;
+    return 0;
+}
+
+int loom_is_terminal(int fd)
+{
+    return isatty(fd) == 1;
+}
+
 int loom_cpu_count(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---------------------------------------------------------------- text */
 
@@ -585,6 +586,22 @@ void loom_cond_signal(loom_cond *c)
 void loom_cond_broadcast(loom_cond *c)
 {
     WakeAllConditionVariable(&c->cv);
+}
+
+int loom_local_time_format(const char *format, char *buf, size_t size)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    if (localtime_s(&tm, &now) != 0)
+        return -1;
+    if (size == 0 || (strftime(buf, size, format, &tm) == 0 && format[0]))
+        return -1;
+    return 0;
+}
+
+int loom_is_terminal(int fd)
+{
+    return _isatty(fd) != 0;
 }
 
 int loom_cpu_count(void)

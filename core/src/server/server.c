@@ -18,6 +18,7 @@
 #include "server_openai.h"
 #include "server_prompt.h"
 #include "server_reply.h"
+#include "server_tokenize.h"
 #include "webui.h"
 
 #include <microhttpd.h>
@@ -51,6 +52,14 @@ struct loom_server {
     loom_mutex *mu; /* guards everything below and job refcounts */
     loom_cond *cv;  /* signalled when a job is freed */
     srv_keyring *keys;
+    /* --api-key / $LOOM_API_KEY, kept as a digest like the file's keys */
+    uint8_t key_digest[SRV_KEY_DIGEST_SIZE];
+    int has_key;
+    char **cors; /* allowed origins */
+    int n_cors;
+    char *tpl_file;           /* --chat-template */
+    char *tls_cert, *tls_key; /* PEM text, kept while the daemon runs */
+    size_t tls_key_len;
     int ready, stopping, stopped;
     srv_job *jobs; /* live jobs, for cancelling at stop */
     int n_jobs;
@@ -121,8 +130,10 @@ struct srv_job {
     /* delivered */
     int32_t n_done; /* choices finished */
     double ttft;
-    int cancel;      /* the HTTP side asked the lane to stop */
-    int client_gone; /* ... because the client left */
+    int cancel;        /* the HTTP side asked the lane to stop */
+    int client_gone;   /* ... because the client left */
+    int timed_out;     /* ... because --timeout passed */
+    uint64_t deadline; /* monotonic ns; 0: none */
 
     /* streaming, owned by the response's thread */
     srv_buf out;
@@ -144,6 +155,7 @@ typedef struct srv_conn {
     char key[64];
     int has_key;
     char error[512];
+    const char *cors; /* the Access-Control-Allow-Origin to send, or NULL */
     srv_job *job;
     srv_peer *peer; /* its connection's read deadline */
 } srv_conn;
@@ -301,9 +313,16 @@ static int job_event(void *user, const loom_lane_event *ev)
     int cancel = j->cancel;
     /* counted before anyone is woken, so a response never runs ahead of
      * the metrics it implies */
-    if (final)
-        srv_metrics_generation(j->srv->metrics, ev->n_prompt, ev->n_generated,
-                               j->ttft);
+    if (final) {
+        srv_gen_stats g = {ev->n_prompt,
+                           ev->n_generated,
+                           j->ttft,
+                           (double)(loom_now_ns() - j->t0) / 1e9,
+                           j->add_delay + ev->queue_s,
+                           j->timed_out ? "timeout"
+                                        : srv_finish_reason(ev->finish)};
+        srv_metrics_generation(j->srv->metrics, &g);
+    }
     loom_cond_broadcast(j->cv);
     loom_mutex_unlock(j->mu);
     if (final)
@@ -341,6 +360,22 @@ static int job_news(const srv_job *j)
     return 0;
 }
 
+/* Past --timeout: ends the streams (their final events follow); j->mu
+ * held. */
+static void job_check_deadline(srv_job *j, uint64_t now)
+{
+    if (!j->deadline || now < j->deadline || j->cancel ||
+        j->n_done == j->n_added)
+        return;
+    j->timed_out = 1;
+    j->cancel = 1;
+    int32_t n = j->n_added;
+    loom_mutex_unlock(j->mu);
+    for (int32_t i = 0; i < n; i++)
+        loom_lane_cancel(j->srv->lane, j->ch[i].id);
+    loom_mutex_lock(j->mu);
+}
+
 /* Waits until the job has news (text, logprobs, an end) or the client is
  * gone; returns with j->mu held. */
 static void job_wait(srv_job *j, int *gone)
@@ -352,6 +387,7 @@ static void job_wait(srv_job *j, int *gone)
         loom_cond_timedwait(j->cv, j->mu, SRV_POLL_MS);
         /* by the clock: empty-text tokens signal without news */
         uint64_t now = loom_now_ns();
+        job_check_deadline(j, now);
         if (j->cancel || now < next_check)
             continue;
         next_check = now + SRV_POLL_MS * 1000000ull;
@@ -370,6 +406,16 @@ static const char *piece_of(void *ctx, int32_t token, size_t *len)
     return loom_lane_token_bytes(ctx, token, len);
 }
 
+/* Access-Control-Allow-Origin for an allowed origin (see cors_of). */
+static void add_cors(const srv_conn *cn, struct MHD_Response *r)
+{
+    if (!cn->cors)
+        return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", cn->cors);
+    if (strcmp(cn->cors, "*") != 0)
+        MHD_add_response_header(r, "Vary", "Origin");
+}
+
 static enum MHD_Result reply(srv_conn *cn, int status, const char *type,
                              char *body /* malloc'd, taken */)
 {
@@ -382,6 +428,7 @@ static enum MHD_Result reply(srv_conn *cn, int status, const char *type,
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", type);
+    add_cors(cn, r);
     if (status == 429 || status == 503)
         MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401)
@@ -491,6 +538,7 @@ static int sse_fill(srv_job *j)
     } taken;
     taken tk[SRV_MAX_CHOICES];
     int32_t n = j->n_added;
+    int timed_out = j->timed_out;
     char error[256] = "";
     for (int32_t i = 0; i < n; i++) {
         srv_choice *c = &j->ch[i];
@@ -545,13 +593,23 @@ static int sse_fill(srv_job *j)
         if (chat)
             srv_reply_clear(&c->reply);
         if (tk[i].done) {
+            /* past --timeout the streams end with the error below */
             r.finish = choice_finish(c, tk[i].finish);
-            srv_chunk_sse(&j->out, &r, 0, NULL, NULL, 0, 0);
+            if (!timed_out)
+                srv_chunk_sse(&j->out, &r, 0, NULL, NULL, 0, 0);
             c->sent_finish = 1;
         }
         finished &= c->sent_finish;
     }
-    if (error[0]) {
+    if (!error[0] && timed_out && finished) {
+        srv_error e;
+        srv_error_set(&e, 504, "server_error", "timeout", NULL,
+                      "the request ran past the server's limit of %g s",
+                      j->srv->p.request_timeout_s);
+        char *s = srv_error_json(&e);
+        srv_buf_addf(&j->out, "data: %s\n\n", s ? s : "{}");
+        free(s);
+    } else if (error[0]) {
         srv_error e;
         srv_error_set(&e, 500, "server_error", NULL, NULL,
                       "generation failed: %s", error);
@@ -671,6 +729,34 @@ static enum MHD_Result handle_model(srv_conn *cn, const char *id)
                     srv->model_name);
     return reply(cn, 200, "application/json",
                  srv_model_json(srv->model_name, srv->created, srv->ctx));
+}
+
+/* POST /tokenize and /detokenize (server_tokenize.c). */
+static enum MHD_Result handle_tok(srv_conn *cn, int detok)
+{
+    loom_server *srv = cn->srv;
+    int stopping;
+    if (!is_ready(srv, &stopping))
+        return fail(cn, 503, "server_error", "model_loading", NULL,
+                    "the model is still loading");
+    srv_tok_ctx c = {srv->tok, srv->tpl, srv->lane, srv->ctx};
+    srv_error e;
+    const char *body = cn->body.data ? cn->body.data : "";
+    char *out = detok ? srv_detokenize_json(&c, body, cn->body.len, &e)
+                      : srv_tokenize_json(&c, body, cn->body.len, &e);
+    if (!out)
+        return reply_error(cn, &e);
+    return reply(cn, 200, "application/json", out);
+}
+
+static enum MHD_Result handle_tokenize(srv_conn *cn)
+{
+    return handle_tok(cn, 0);
+}
+
+static enum MHD_Result handle_detokenize(srv_conn *cn)
+{
+    return handle_tok(cn, 1);
 }
 
 /* The ids of a completions prompt. Returns 0 or -1 with e filled. */
@@ -890,6 +976,8 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
             MHD_get_connection_info(cn->c, MHD_CONNECTION_INFO_CONNECTION_FD);
         j->fd = ci ? (loom_socket)ci->connect_fd : (loom_socket)-1;
         j->add_delay = (double)(loom_now_ns() - cn->t0) / 1e9;
+        if (srv->p.request_timeout_s > 0)
+            j->deadline = cn->t0 + (uint64_t)(srv->p.request_timeout_s * 1e9);
     }
     for (int32_t i = 0; i < n_ch && !failed; i++) {
         srv_choice *c = &j->ch[i];
@@ -963,6 +1051,7 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
             return MHD_NO;
         }
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        add_cors(cn, r);
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         MHD_add_response_header(r, "X-Accel-Buffering", "no");
         cn->status = 200;
@@ -979,6 +1068,7 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
         loom_cond_timedwait(j->cv, j->mu, SRV_POLL_MS);
         /* by the clock: tokens keep signalling, so timeouts may never come */
         uint64_t now = loom_now_ns();
+        job_check_deadline(j, now);
         if (j->cancel || now < next_check)
             continue;
         next_check = now + SRV_POLL_MS * 1000000ull;
@@ -988,12 +1078,21 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
             loom_mutex_lock(j->mu);
         }
     }
-    int client_gone = j->client_gone;
+    int client_gone = j->client_gone, timed_out = j->timed_out;
     int32_t usage_prompt, usage_gen;
     job_usage(j, &usage_prompt, &usage_gen);
     loom_mutex_unlock(j->mu);
     if (client_gone)
         return MHD_NO; /* nobody to answer */
+    if (timed_out) {
+        int32_t n_gen = 0;
+        for (int32_t i = 0; i < n_ch; i++)
+            n_gen += j->ch[i].n_gen;
+        return fail(cn, 504, "server_error", "timeout", NULL,
+                    "the request ran past the server's limit of %g s; its "
+                    "streams were ended after %d tokens",
+                    srv->p.request_timeout_s, (int)n_gen);
+    }
     for (int32_t i = 0; i < n_ch; i++) {
         if (j->ch[i].finish == LOOM_FINISH_ERROR)
             return fail(cn, 500, "server_error", NULL, NULL,
@@ -1053,7 +1152,17 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
     return reply(cn, 200, "application/json", body);
 }
 
-/* Checks the bearer key of a /v1 request; 0 when it may proceed. */
+/* Constant-time comparison of two digests. */
+static int digest_eq(const uint8_t *a, const uint8_t *b)
+{
+    uint8_t d = 0;
+    for (int i = 0; i < SRV_KEY_DIGEST_SIZE; i++)
+        d |= (uint8_t)(a[i] ^ b[i]);
+    return d == 0;
+}
+
+/* Checks the key of a request ('Authorization: Bearer KEY' or
+ * 'x-api-key: KEY'); 0 when it may proceed. */
 static int authorize(srv_conn *cn)
 {
     loom_server *srv = cn->srv;
@@ -1061,12 +1170,24 @@ static int authorize(srv_conn *cn)
         MHD_lookup_connection_value(cn->c, MHD_HEADER_KIND, "Authorization");
     size_t len = 0;
     const char *token = srv_bearer_token(h, &len);
+    if (!token) {
+        token =
+            MHD_lookup_connection_value(cn->c, MHD_HEADER_KIND, "x-api-key");
+        len = token ? strlen(token) : 0;
+    }
     loom_mutex_lock(srv->mu);
-    if (!srv->keys) {
+    if (!srv->keys && !srv->has_key) {
         loom_mutex_unlock(srv->mu);
         return 0;
     }
-    const char *label = token ? srv_keyring_check(srv->keys, token, len) : NULL;
+    const char *label =
+        token && srv->keys ? srv_keyring_check(srv->keys, token, len) : NULL;
+    if (!label && token && srv->has_key) {
+        uint8_t d[SRV_KEY_DIGEST_SIZE];
+        srv_key_digest(token, len, d);
+        if (digest_eq(d, srv->key_digest))
+            label = "api-key";
+    }
     if (label) {
         snprintf(cn->key, sizeof cn->key, "%s", label);
         cn->has_key = 1;
@@ -1076,8 +1197,48 @@ static int authorize(srv_conn *cn)
         return 0;
     fail(cn, 401, "invalid_request_error", "invalid_api_key", NULL,
          token ? "incorrect API key provided"
-               : "no API key: send 'Authorization: Bearer <key>'");
+               : "no API key: send 'Authorization: Bearer <key>' or "
+                 "'x-api-key: <key>'");
     return -1;
+}
+
+/* The Access-Control-Allow-Origin value for the request's Origin: "*" or
+ * the origin itself when allowed, else NULL. */
+static const char *cors_of(loom_server *srv, struct MHD_Connection *c)
+{
+    const char *origin =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!origin)
+        return NULL;
+    for (int i = 0; i < srv->n_cors; i++) {
+        if (!strcmp(srv->cors[i], "*"))
+            return "*";
+        if (!strcmp(srv->cors[i], origin))
+            return origin;
+    }
+    return NULL;
+}
+
+/* A CORS preflight from an allowed origin: 204 with what may follow. */
+static enum MHD_Result reply_preflight(srv_conn *cn)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    add_cors(cn, r);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods",
+                            "GET, POST, OPTIONS");
+    const char *want = MHD_lookup_connection_value(
+        cn->c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            want ? want
+                                 : "Authorization, Content-Type, x-api-key");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    cn->status = 204;
+    enum MHD_Result ok = MHD_queue_response(cn->c, 204, r);
+    MHD_destroy_response(r);
+    return ok;
 }
 
 typedef struct srv_route {
@@ -1091,15 +1252,20 @@ static const srv_route MODEL_ROUTE = {"/v1/models/", "GET"};
 static const srv_route ROUTES[] = {
     {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
     {"/v1/models", "GET"},       {"/health", "GET"},
-    {"/metrics", "GET"},
+    {"/metrics", "GET"},         {"/tokenize", "POST"},
+    {"/detokenize", "POST"},     {"/version", "GET"},
 };
 
 static enum MHD_Result dispatch(srv_conn *cn)
 {
     const char *url = cn->route;
+    /* a preflight carries no key; it only asks what may follow */
+    if (cn->cors && !strcmp(cn->method, "OPTIONS"))
+        return reply_preflight(cn);
     if (!cn->srv->p.no_webui && srv_webui_has(url))
         return srv_webui_reply(cn->c, url, cn->method, &cn->status);
-    int v1 = strncmp(url, "/v1/", 4) == 0 || strcmp(url, "/v1") == 0;
+    int v1 = strncmp(url, "/v1/", 4) == 0 || strcmp(url, "/v1") == 0 ||
+             !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize");
     if (v1 && authorize(cn) != 0)
         return MHD_YES; /* 401 queued */
     const srv_route *route = NULL;
@@ -1128,6 +1294,7 @@ static enum MHD_Result dispatch(srv_conn *cn)
             return MHD_NO;
         }
         MHD_add_response_header(r, "Content-Type", "application/json");
+        add_cors(cn, r);
         MHD_add_response_header(r, "Allow", get ? "GET, HEAD" : route->method);
         cn->status = 405;
         enum MHD_Result ok = MHD_queue_response(cn->c, 405, r);
@@ -1148,6 +1315,13 @@ static enum MHD_Result dispatch(srv_conn *cn)
         return handle_model(cn, url + strlen(MODEL_ROUTE.path));
     if (route == &ROUTES[3])
         return handle_health(cn);
+    if (route == &ROUTES[5])
+        return handle_tokenize(cn);
+    if (route == &ROUTES[6])
+        return handle_detokenize(cn);
+    if (route == &ROUTES[7])
+        return reply(cn, 200, "application/json",
+                     str_dup("{\"version\":\"" LOOM_VERSION "\"}"));
     return handle_metrics(cn);
 }
 
@@ -1184,6 +1358,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         cn->t0 = loom_now_ns();
         cn->t_wall = loom_wall_time();
         snprintf(cn->method, sizeof cn->method, "%s", method);
+        cn->cors = cors_of(srv, c);
         cn->route = str_dup(url ? url : "");
         *con_cls = cn;
         if (!cn->route)
@@ -1351,6 +1526,31 @@ static char *dup_or_null(const char *s)
     return s ? str_dup(s) : NULL;
 }
 
+/* Reads --tls-cert and --tls-key (PEM) for libmicrohttpd's GnuTLS. */
+static loom_status tls_load(loom_server *srv, const loom_server_params *p,
+                            loom_err *err)
+{
+    if (!p->tls_cert || !p->tls_key)
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "TLS needs both a certificate and a key");
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "this libmicrohttpd was built without TLS");
+    size_t n = 0;
+    loom_status st = loom_read_file(p->tls_cert, &srv->tls_cert, &n, err);
+    if (st == LOOM_OK)
+        st = loom_read_file(p->tls_key, &srv->tls_key, &srv->tls_key_len, err);
+    if (st != LOOM_OK)
+        return st;
+    if (!strstr(srv->tls_cert, "-----BEGIN CERTIFICATE-----"))
+        return loom_err_set(err, LOOM_ERR_FORMAT, "%s: not a PEM certificate",
+                            p->tls_cert);
+    if (!strstr(srv->tls_key, "PRIVATE KEY-----"))
+        return loom_err_set(err, LOOM_ERR_FORMAT, "%s: not a PEM private key",
+                            p->tls_key);
+    return LOOM_OK;
+}
+
 loom_status loom_server_start(const loom_server_params *params,
                               loom_server **out, loom_err *err)
 {
@@ -1364,13 +1564,31 @@ loom_status loom_server_start(const loom_server_params *params,
     srv->log_path = dup_or_null(params->request_log);
     srv->model_name = dup_or_null(params->model_name);
     srv->max_body = params->max_body ? params->max_body : SRV_DEFAULT_BODY;
+    srv->tpl_file = dup_or_null(params->chat_template_file);
+    if (params->api_key) {
+        srv_key_digest(params->api_key, strlen(params->api_key),
+                       srv->key_digest);
+        srv->has_key = 1;
+    }
+    if (params->n_cors_origins > 0) {
+        srv->cors = calloc((size_t)params->n_cors_origins, sizeof *srv->cors);
+        for (int i = 0; srv->cors && i < params->n_cors_origins; i++)
+            if ((srv->cors[i] = str_dup(params->cors_origins[i])))
+                srv->n_cors = i + 1;
+    }
+    /* the caller's arrays are not kept */
+    srv->p.cors_origins = NULL;
+    srv->p.api_key = NULL;
     srv->mu = loom_mutex_new();
     srv->cv = loom_cond_new();
     srv->metrics = srv_metrics_new();
     loom_status st = LOOM_OK;
     if (!srv->host || !srv->mu || !srv->cv || !srv->metrics ||
         (params->api_key_file && !srv->key_file) ||
-        (params->request_log && !srv->log_path)) {
+        (params->request_log && !srv->log_path) ||
+        (params->chat_template_file && !srv->tpl_file) ||
+        srv->n_cors !=
+            (params->n_cors_origins > 0 ? params->n_cors_origins : 0)) {
         st = loom_err_set(err, LOOM_ERR_NOMEM, "server: out of memory");
         goto fail;
     }
@@ -1402,25 +1620,53 @@ loom_status loom_server_start(const loom_server_params *params,
                            &srv->deadlines, err);
     if (st != LOOM_OK)
         goto fail;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (params->tls_cert || params->tls_key) {
+        st = tls_load(srv, params, err);
+        if (st != LOOM_OK)
+            goto fail;
+        flags |= MHD_USE_TLS;
+    }
+    /* The gate reads plain request heads; under TLS they are encrypted, so
+     * libmicrohttpd accepts on the socket itself (the read deadlines still
+     * hold through on_connection). */
+    struct MHD_OptionItem listen[] = {
+        {MHD_OPTION_LISTEN_SOCKET, (intptr_t)srv->listen_sock, NULL},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    if (!srv->tls_cert)
+        flags |= MHD_USE_NO_LISTEN_SOCKET;
+    /* the PEM options only with TLS: MHD complains of them otherwise */
+    struct MHD_OptionItem tls[] = {
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, srv->tls_key},
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, srv->tls_cert},
+        {MHD_OPTION_END, 0, NULL},
+    };
     srv->mhd = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-            MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
-            MHD_USE_NO_LISTEN_SOCKET,
-        0, NULL, NULL, on_request, srv, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
+        mhd_log, srv, MHD_OPTION_ARRAY, srv->tls_cert ? tls : tls + 2,
+        MHD_OPTION_ARRAY, srv->tls_cert ? listen : listen + 1,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
         MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)1024, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
-        MHD_OPTION_END);
+        (unsigned)1024, MHD_OPTION_END);
     if (!srv->mhd) {
         st = loom_err_set(err, LOOM_ERR_IO,
-                          "could not start the HTTP server on %s:%d", srv->host,
-                          srv->port);
+                          "could not start the HTTP%s server on %s:%d%s",
+                          srv->tls_cert ? "S" : "", srv->host, srv->port,
+                          srv->tls_cert ? " (is the key the certificate's, "
+                                          "both PEM?)"
+                                        : "");
         goto fail;
     }
-    st = srv_gate_start(srv->listen_sock, read_ms, gate_pass, gate_refused, srv,
-                        &srv->gate, err);
-    if (st != LOOM_OK)
-        goto fail;
+    if (!srv->tls_cert) {
+        st = srv_gate_start(srv->listen_sock, read_ms, gate_pass, gate_refused,
+                            srv, &srv->gate, err);
+        if (st != LOOM_OK)
+            goto fail;
+    }
     *out = srv;
     return LOOM_OK;
 fail:
@@ -1505,7 +1751,9 @@ loom_status loom_server_load(loom_server *srv, const loom_engine_params *ep,
     st = loom_tokenizer_open(dir, &tok, err);
     if (st != LOOM_OK)
         goto fail;
-    st = srv_chat_template_open(engine->ckpt, tok, &tpl, err);
+    st = srv->tpl_file
+             ? loom_chat_template_load_file(dir, srv->tpl_file, &tpl, err)
+             : srv_chat_template_open(engine->ckpt, tok, &tpl, err);
     if (st != LOOM_OK)
         goto fail;
     int64_t ctx =
@@ -1560,6 +1808,21 @@ fail:
     return st;
 }
 
+void loom_server_describe(const loom_server *srv, loom_server_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->tls = srv->p.tls_cert != NULL;
+    if (!srv->engine)
+        return;
+    out->model_dir = loom_checkpoint_dir(srv->engine->ckpt);
+    out->model_name = srv->model_name;
+    out->family = srv->engine->plugin->plugin->name;
+    out->device = srv->engine->info.device == LOOM_DEVICE_CUDA ? "cuda" : "cpu";
+    out->ctx = srv->ctx;
+    out->streams = loom_lane_max_streams(srv->lane);
+    out->threads = loom_pool_size(srv->engine->pool);
+}
+
 loom_status loom_server_reload_keys(loom_server *srv, loom_err *err)
 {
     if (!srv->key_file)
@@ -1605,6 +1868,13 @@ void loom_server_stop(loom_server *srv, uint32_t drain_ms)
     /* no new connections; those open get 503 for new requests */
     srv_gate_stop(srv->gate);
     srv->gate = NULL;
+    if (srv->tls_cert && srv->mhd) {
+        /* under TLS libmicrohttpd listens: it hands the socket back */
+        MHD_socket sock = MHD_quiesce_daemon(srv->mhd);
+        if (sock != MHD_INVALID_SOCKET)
+            loom_socket_close((loom_socket)sock);
+        srv->listen_sock = -1;
+    }
     if (srv->listen_sock != (loom_socket)-1) {
         loom_socket_close(srv->listen_sock);
         srv->listen_sock = -1;
@@ -1655,5 +1925,13 @@ void loom_server_free(loom_server *srv)
     free(srv->key_file);
     free(srv->log_path);
     free(srv->model_name);
+    free(srv->tpl_file);
+    free(srv->tls_cert);
+    if (srv->tls_key) /* the key's text does not outlive the server */
+        memset(srv->tls_key, 0, srv->tls_key_len);
+    free(srv->tls_key);
+    for (int i = 0; i < srv->n_cors; i++)
+        free(srv->cors[i]);
+    free(srv->cors);
     free(srv);
 }

@@ -1,6 +1,7 @@
 /* The server's counters and their Prometheus text exposition (/metrics):
  * requests by route and status, tokens, live streams from the lane, decode
- * speed and a time-to-first-token histogram. */
+ * speed, histograms of latency, time to first token, time per output token
+ * and queue time, and finished generations by reason. */
 #include "server_metrics.h"
 
 #include <stdlib.h>
@@ -11,27 +12,48 @@
 #include "server_http.h"
 
 /* The routes that get their own label value; anything else is "other". */
-static const char *const ROUTES[] = {"/v1/completions", "/v1/chat/completions",
-                                     "/v1/models",      "/health",
-                                     "/metrics",        "other"};
+static const char *const ROUTES[] = {"/v1/completions",
+                                     "/v1/chat/completions",
+                                     "/v1/models",
+                                     "/health",
+                                     "/metrics",
+                                     "/tokenize",
+                                     "/detokenize",
+                                     "/version",
+                                     "other"};
 #define N_ROUTES (int)(sizeof ROUTES / sizeof ROUTES[0])
 /* Statuses the server sends; anything else lands in the last slot. */
-static const int STATUSES[] = {200, 400, 401, 404, 405, 413, 429, 500, 503, 0};
+static const int STATUSES[] = {200, 204, 400, 401, 404, 405, 413,
+                               429, 499, 500, 503, 504, 0};
 #define N_STATUSES (int)(sizeof STATUSES / sizeof STATUSES[0])
 
-/* Upper bounds (seconds) of the time-to-first-token buckets. */
-static const double TTFT_BOUNDS[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                     0.5,   1.0,  2.5,   5.0,  10.0};
-#define N_TTFT (int)(sizeof TTFT_BOUNDS / sizeof TTFT_BOUNDS[0])
+/* Upper bounds (seconds) of the buckets of the latency histograms. */
+static const double BOUNDS[] = {0.005, 0.01, 0.025, 0.05, 0.1,  0.25, 0.5,
+                                1.0,   2.5,  5.0,   10.0, 30.0, 60.0};
+#define N_BOUNDS (int)(sizeof BOUNDS / sizeof BOUNDS[0])
+/* Per-token times are shorter. */
+static const double TPOT_BOUNDS[] = {0.001, 0.0025, 0.005, 0.01, 0.025,
+                                     0.05,  0.1,    0.25,  0.5,  1.0};
+#define N_TPOT      (int)(sizeof TPOT_BOUNDS / sizeof TPOT_BOUNDS[0])
+#define MAX_BUCKETS 16
+
+typedef struct histogram {
+    uint64_t buckets[MAX_BUCKETS]; /* non-cumulative counts */
+    uint64_t count;
+    double sum;
+} histogram;
+
+static const char *const REASONS[] = {"stop", "length", "cancelled", "error",
+                                      "timeout"};
+#define N_REASONS (int)(sizeof REASONS / sizeof REASONS[0])
 
 struct srv_metrics {
     loom_mutex *mu;
     uint64_t requests[N_ROUTES][N_STATUSES];
     uint64_t other_status[N_ROUTES]; /* status codes not in STATUSES */
     uint64_t prompt_tokens, completion_tokens, generations;
-    uint64_t ttft_buckets[N_TTFT]; /* non-cumulative counts */
-    uint64_t ttft_count;
-    double ttft_sum;
+    histogram ttft, e2e, tpot, queue;
+    uint64_t finished[N_REASONS];
 };
 
 srv_metrics *srv_metrics_new(void)
@@ -77,24 +99,53 @@ void srv_metrics_request(srv_metrics *m, const char *route, int status)
     loom_mutex_unlock(m->mu);
 }
 
-void srv_metrics_generation(srv_metrics *m, int32_t prompt_tokens,
-                            int32_t completion_tokens, double ttft_s)
+static void observe(histogram *h, const double *bounds, int n, double v)
+{
+    int b = 0;
+    while (b < n && v > bounds[b])
+        b++;
+    if (b < n)
+        h->buckets[b]++;
+    h->count++;
+    h->sum += v;
+}
+
+void srv_metrics_generation(srv_metrics *m, const srv_gen_stats *g)
 {
     loom_mutex_lock(m->mu);
     m->generations++;
-    m->prompt_tokens += (uint64_t)(prompt_tokens > 0 ? prompt_tokens : 0);
+    m->prompt_tokens += (uint64_t)(g->prompt_tokens > 0 ? g->prompt_tokens : 0);
     m->completion_tokens +=
-        (uint64_t)(completion_tokens > 0 ? completion_tokens : 0);
-    if (ttft_s >= 0) {
-        int b = 0;
-        while (b < N_TTFT && ttft_s > TTFT_BOUNDS[b])
-            b++;
-        if (b < N_TTFT)
-            m->ttft_buckets[b]++;
-        m->ttft_count++;
-        m->ttft_sum += ttft_s;
-    }
+        (uint64_t)(g->completion_tokens > 0 ? g->completion_tokens : 0);
+    if (g->ttft_s >= 0)
+        observe(&m->ttft, BOUNDS, N_BOUNDS, g->ttft_s);
+    observe(&m->e2e, BOUNDS, N_BOUNDS, g->e2e_s);
+    observe(&m->queue, BOUNDS, N_BOUNDS, g->queue_s);
+    /* the tokens after the first, over the time after it (vLLM's TPOT) */
+    if (g->ttft_s >= 0 && g->completion_tokens > 1)
+        observe(&m->tpot, TPOT_BOUNDS, N_TPOT,
+                (g->e2e_s - g->ttft_s) / (g->completion_tokens - 1));
+    for (int r = 0; g->finish && r < N_REASONS; r++)
+        if (!strcmp(g->finish, REASONS[r]))
+            m->finished[r]++;
     loom_mutex_unlock(m->mu);
+}
+
+static void render_histogram(srv_buf *b, const char *name, const char *help,
+                             const histogram *h, const double *bounds, int n)
+{
+    srv_buf_addf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < n; i++) {
+        cum += h->buckets[i];
+        srv_buf_addf(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i],
+                     (unsigned long long)cum);
+    }
+    srv_buf_addf(b,
+                 "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count "
+                 "%llu\n",
+                 name, (unsigned long long)h->count, name, h->sum, name,
+                 (unsigned long long)h->count);
 }
 
 char *srv_metrics_render(srv_metrics *m, loom_lane *lane, int ready)
@@ -138,23 +189,26 @@ char *srv_metrics_render(srv_metrics *m, loom_lane *lane, int ready)
                  (unsigned long long)m->prompt_tokens,
                  (unsigned long long)m->completion_tokens,
                  (unsigned long long)m->generations);
-    srv_buf_addf(&b, "# HELP loom_time_to_first_token_seconds Request arrival "
-                     "to first generated token.\n"
-                     "# TYPE loom_time_to_first_token_seconds histogram\n");
-    uint64_t cum = 0;
-    for (int i = 0; i < N_TTFT; i++) {
-        cum += m->ttft_buckets[i];
+    render_histogram(&b, "loom_time_to_first_token_seconds",
+                     "Request arrival to first generated token.", &m->ttft,
+                     BOUNDS, N_BOUNDS);
+    render_histogram(&b, "loom_e2e_request_latency_seconds",
+                     "Request arrival to the generation's end.", &m->e2e,
+                     BOUNDS, N_BOUNDS);
+    render_histogram(&b, "loom_time_per_output_token_seconds",
+                     "Time per generated token after the first.", &m->tpot,
+                     TPOT_BOUNDS, N_TPOT);
+    render_histogram(&b, "loom_request_queue_time_seconds",
+                     "Request arrival to a stream cache for it.", &m->queue,
+                     BOUNDS, N_BOUNDS);
+    srv_buf_addf(&b, "# HELP loom_request_success_total Finished "
+                     "generations, by finish reason.\n"
+                     "# TYPE loom_request_success_total counter\n");
+    for (int r = 0; r < N_REASONS; r++)
         srv_buf_addf(&b,
-                     "loom_time_to_first_token_seconds_bucket{le=\"%g\"} "
+                     "loom_request_success_total{finished_reason=\"%s\"} "
                      "%llu\n",
-                     TTFT_BOUNDS[i], (unsigned long long)cum);
-    }
-    srv_buf_addf(&b,
-                 "loom_time_to_first_token_seconds_bucket{le=\"+Inf\"} %llu\n"
-                 "loom_time_to_first_token_seconds_sum %.6f\n"
-                 "loom_time_to_first_token_seconds_count %llu\n",
-                 (unsigned long long)m->ttft_count, m->ttft_sum,
-                 (unsigned long long)m->ttft_count);
+                     REASONS[r], (unsigned long long)m->finished[r]);
     loom_mutex_unlock(m->mu);
 
     srv_buf_addf(&b,

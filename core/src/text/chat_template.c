@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <loom/platform.h>
+
 #include "chat_template_impl.h"
 #include "tokenizer_impl.h"
 
@@ -81,15 +83,10 @@ static char *token_string(json_t *v)
     return json_is_string(v) ? loom__ct_strdup(json_string_value(v)) : NULL;
 }
 
-loom_status loom_chat_template_load(const char *dir, loom_chat_template **out,
-                                    loom_err *err)
+/* tokenizer_config.json's chat_template: a string, or a list of named
+ * templates of which "default" is used. NULL when none. */
+static const char *config_template(json_t *cfg)
 {
-    char path[4096];
-    json_t *cfg = NULL;
-    loom_status st = loom__tok_read_json(dir, "tokenizer_config.json", 0, path,
-                                         sizeof path, &cfg, err);
-    if (st != LOOM_OK)
-        return st;
     json_t *tpl = json_object_get(cfg, "chat_template");
     if (json_is_array(tpl)) {
         size_t i;
@@ -102,20 +99,62 @@ loom_status loom_chat_template_load(const char *dir, loom_chat_template **out,
         }
         tpl = found;
     }
-    if (!json_is_string(tpl)) {
+    return json_string_value(tpl);
+}
+
+loom_status loom_chat_template_load_file(const char *dir, const char *file,
+                                         loom_chat_template **out,
+                                         loom_err *err)
+{
+    char path[4096], jinja[4096];
+    json_t *cfg = NULL;
+    loom_status st = loom__tok_read_json(dir, "tokenizer_config.json", 0, path,
+                                         sizeof path, &cfg, err);
+    /* newer uploads keep the template in chat_template.jinja, which
+     * transformers prefers to tokenizer_config.json's */
+    if (!file && loom_dir_exists(dir)) {
+        snprintf(jinja, sizeof jinja, "%s%cchat_template.jinja", dir,
+                 loom_path_sep());
+        if (loom_file_exists(jinja))
+            file = jinja;
+    }
+    if (st != LOOM_OK && !(file && st == LOOM_ERR_NOT_FOUND))
+        return st;
+    char *src = NULL;
+    const char *source = NULL, *from = path;
+    if (file) {
+        size_t size = 0;
+        st = loom_read_file(file, &src, &size, err);
+        if (st != LOOM_OK) {
+            json_decref(cfg);
+            return st;
+        }
+        source = src;
+        from = file;
+    } else {
+        source = config_template(cfg);
+    }
+    if (!source) {
         json_decref(cfg);
         return loom_err_set(err, LOOM_ERR_NOT_FOUND, "%s: no chat_template",
                             path);
     }
-    st = loom_chat_template_parse(json_string_value(tpl), out, err);
+    st = loom_chat_template_parse(source, out, err);
     if (st == LOOM_OK) {
         (*out)->bos = token_string(json_object_get(cfg, "bos_token"));
         (*out)->eos = token_string(json_object_get(cfg, "eos_token"));
     } else {
-        loom_err_prefix(err, "%s", path);
+        loom_err_prefix(err, "%s", from);
     }
+    free(src);
     json_decref(cfg);
     return st;
+}
+
+loom_status loom_chat_template_load(const char *dir, loom_chat_template **out,
+                                    loom_err *err)
+{
+    return loom_chat_template_load_file(dir, NULL, out, err);
 }
 
 loom_status loom_chat_render(const char *tmpl, json_t *messages,

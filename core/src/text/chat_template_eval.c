@@ -641,12 +641,28 @@ static loom_status ev_call(ctx *c, const ct_node *n, json_t **out)
     if (st != LOOM_OK)
         return st;
     const ct_node *f = n->a;
-    if (f->kind == CT_ATTR) {
+    if (f->kind == CT_ATTR && !strcmp(f->name, "cycle") &&
+        f->a->kind == CT_NAME && !strcmp(f->a->name, "loop") && na > 0 &&
+        json_is_object(lookup(c, "loop"))) {
+        /* loop.cycle(a, b, ...): the argument at the loop's index0 */
+        json_int_t i =
+            json_integer_value(json_object_get(lookup(c, "loop"), "index0"));
+        *out = json_incref(args[(size_t)i % na]);
+    } else if (f->kind == CT_ATTR) {
         json_t *obj = NULL;
         st = ev(c, f->a, &obj);
         if (st == LOOM_OK)
             st = call_method(c, n, obj, f->name, args, na, out);
         json_decref(obj);
+    } else if (f->kind == CT_NAME && !strcmp(f->name, "strftime_now") &&
+               !lookup(c, f->name)) {
+        /* transformers' global: datetime.now().strftime(format) */
+        if (na != 1 || !json_is_string(args[0]))
+            st = error(c, n, LOOM_ERR_INVALID,
+                       "strftime_now() needs a format string%s%s", "", "");
+        else if (!(*out = loom__ct_strftime_now(args[0])))
+            st = error(c, n, LOOM_ERR_RANGE,
+                       "strftime_now(): the time does not fit%s%s", "", "");
     } else if (f->kind == CT_NAME && !strcmp(f->name, "namespace")) {
         *out = json_object();
         if (na == 1 && json_is_object(args[0]))
@@ -923,6 +939,47 @@ static loom_status ev_node(ctx *c, const ct_node *n, json_t **out)
 
 /* -------------------------------------------------------------- filters */
 
+/* The steps filter F of chat_template_filter.c may take on V: sorts
+ * n log n comparisons, unique's scan of what it kept n^2, the rest a pass. */
+static long long filter_cost(const char *f, json_t *v)
+{
+    double k = json_is_array(v)    ? (double)json_array_size(v)
+               : json_is_object(v) ? (double)json_object_size(v)
+               : json_is_string(v) ? (double)json_string_length(v) / 64
+                                   : 1;
+    double cost = k / 16 + 1;
+    if (!strcmp(f, "sort") || !strcmp(f, "dictsort"))
+        cost = k * (log2(k + 1) + 1) / 16 + 1;
+    else if (!strcmp(f, "unique"))
+        cost = k * k / 16 + 1;
+    return cost > (double)CT_MAX_STEPS ? CT_MAX_STEPS + 1LL : (long long)cost;
+}
+
+/* A filter of chat_template_filter.c, its arguments evaluated here; its
+ * time is charged first, its result's size is bounded there (CT_MAX_STR,
+ * CT_MAX_ITEMS) and counted by ev() against CT_MAX_BYTES. */
+static loom_status filter_apart(ctx *c, const ct_node *n, json_t *v,
+                                json_t **out)
+{
+    loom_status st = charge(c, n, filter_cost(n->name, v));
+    if (st != LOOM_OK)
+        return st;
+    json_t *args[8] = {0}, **kwv = calloc(n->n_kw + 1, sizeof *kwv);
+    size_t na = 0;
+    if (!kwv)
+        return nomem(c);
+    st = ev_args(c, n, args, 8, &na);
+    for (size_t i = 0; i < n->n_kw && st == LOOM_OK; i++)
+        st = ev(c, n->kwargs.v[i], &kwv[i]);
+    if (st == LOOM_OK)
+        st = loom__ct_filter(n->name, n->line, v, args, na, n->kwnames, kwv,
+                             n->n_kw, out, c->err);
+    decref_all(args, na);
+    decref_all(kwv, n->n_kw);
+    free(kwv);
+    return st;
+}
+
 static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
                                json_t **out)
 {
@@ -930,6 +987,8 @@ static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
     size_t na = 0;
     const char *f = n->name;
     *out = NULL;
+    if (loom__ct_filter_known(f))
+        return filter_apart(c, n, v, out);
     loom_status st = ev_args(c, n, args, 4, &na);
     if (st != LOOM_OK)
         return st;
@@ -946,26 +1005,6 @@ static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
         else
             st = error(c, n, LOOM_ERR_INVALID, "%s has no length%s",
                        loom__ct_type_name(v), "");
-    } else if (!strcmp(f, "tojson")) {
-        json_t *ind = NULL;
-        st = kwarg(c, n, "indent", &ind);
-        json_int_t indent = -1;
-        if (ind && loom__ct_is_int(ind))
-            indent = loom__ct_inum(ind);
-        else if (na && loom__ct_is_int(args[0]))
-            indent = loom__ct_inum(args[0]);
-        else if (ind && !json_is_null(ind))
-            st = error(c, n, LOOM_ERR_INVALID,
-                       "tojson: indent must be an integer%s%s", "", "");
-        json_decref(ind);
-        if (indent > 1000)
-            st = error(c, n, LOOM_ERR_RANGE, "tojson: indent over 1000%s%s", "",
-                       "");
-        if (st == LOOM_OK) {
-            ct_buf b = {0};
-            loom__ct_to_json(&b, v, indent < 0 ? -1 : (int)indent, 0);
-            st = take(c, n, &b, out);
-        }
     } else if (!strcmp(f, "trim") || !strcmp(f, "strip")) {
         json_t *s = loom__ct_str_of(v);
         *out = s ? loom__ct_strip(
@@ -978,8 +1017,8 @@ static loom_status call_filter(ctx *c, const ct_node *n, json_t *v,
         json_decref(s);
     } else if (!strcmp(f, "string")) {
         *out = loom__ct_str_of(v);
-    } else if (!strcmp(f, "safe") || !strcmp(f, "e") || !strcmp(f, "escape")) {
-        /* HF renders without autoescaping: these leave text as it is. */
+    } else if (!strcmp(f, "safe")) {
+        /* HF renders without autoescaping: safe leaves text as it is. */
         *out = loom__ct_str_of(v);
     } else if (!strcmp(f, "default") || !strcmp(f, "d")) {
         int boolean = na > 1 && loom__ct_truthy(args[1]);
@@ -1292,6 +1331,32 @@ static loom_status exec_for(ctx *c, const ct_node *n)
 }
 
 static loom_status exec_node(ctx *c, const ct_node *n);
+/* {% filter f %}body{% endfilter %}: the parser put the body's text in a
+ * variable the template cannot name, which the filter chain n->a reads. */
+static loom_status exec_filter_block(ctx *c, const ct_node *n)
+{
+    ct_buf body = {0};
+    json_t *text = NULL;
+    loom_status st = exec_into(c, &n->body, &body);
+    if (st == LOOM_OK)
+        st = take(c, n, &body, &text);
+    free(body.p);
+    if (st != LOOM_OK)
+        return st;
+    st = push_frame(c, n);
+    if (st == LOOM_OK) {
+        json_object_set_new(c->frames[c->n_frames - 1], CT_FILTER_BODY, text);
+        json_t *v = NULL;
+        st = ev(c, n->a, &v);
+        if (st == LOOM_OK)
+            loom__ct_py_str(c->out, v, 1);
+        json_decref(v);
+        pop_frame(c);
+    } else {
+        json_decref(text);
+    }
+    return st;
+}
 
 static loom_status exec(ctx *c, const ct_node *n)
 {
@@ -1316,6 +1381,10 @@ static loom_status exec_node(ctx *c, const ct_node *n)
         loom__ct_sb_add(c->out, n->name, n->name_len);
         break;
     case CT_OUTPUT:
+        if (n->neg) { /* {% filter %}: the body, through the filters */
+            st = exec_filter_block(c, n);
+            break;
+        }
         st = ev(c, n->a, &v);
         if (st == LOOM_OK)
             loom__ct_py_str(c->out, v, 1);

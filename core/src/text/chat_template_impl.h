@@ -55,6 +55,10 @@ enum {
 
 typedef struct ct_node ct_node;
 
+/* The variable a {% filter %} block's body is held in (CT_OUTPUT with neg
+ * set): not a name a template can write. */
+#define CT_FILTER_BODY "(filter body)"
+
 typedef struct ct_list {
     ct_node **v;
     size_t n, cap;
@@ -144,6 +148,15 @@ int loom__ct_is_int(json_t *v); /* int or bool */
 json_int_t loom__ct_inum(json_t *v);
 /* json.dumps(v, ensure_ascii=False, indent=INDENT or None when < 0) */
 void loom__ct_to_json(ct_buf *b, json_t *v, int indent, int level);
+/* json.dumps with its other arguments: separators (NULL: the defaults for
+ * the indent), sort_keys, ensure_ascii */
+typedef struct ct_json_opts {
+    int indent; /* < 0: None */
+    const char *item_sep, *key_sep;
+    int sort_keys, ascii;
+} ct_json_opts;
+void loom__ct_to_json_opts(ct_buf *b, json_t *v, const ct_json_opts *o,
+                           int level);
 /* str(v), or repr for strings inside containers when !TOP */
 void loom__ct_py_str(ct_buf *b, json_t *v, int top);
 json_t *loom__ct_str_of(json_t *v);
@@ -155,12 +168,25 @@ size_t loom__ct_u8_len_at(const char *s, size_t len);
 json_t *loom__ct_strip(json_t *v, json_t *chars, int left, int right);
 json_t *loom__ct_split(json_t *v, json_t *sep, json_int_t maxsplit);
 json_t *loom__ct_replace(json_t *v, json_t *from, json_t *to, json_int_t count);
-/* mode 0 lower, 1 upper, 2 title, 3 capitalize (ASCII letters) */
+/* mode 0 lower, 1 upper, 2 title, 3 capitalize (Unicode simple case
+ * mappings, as Python's str methods for all but a few special cases) */
 json_t *loom__ct_change_case(json_t *v, int mode);
 /* v[a:b:step] of a list or str; NULL on a zero step */
 json_t *loom__ct_slice(json_t *v, json_t *a, json_t *b, json_t *step);
 /* v[k] of a dict, list or str; NULL when absent */
 json_t *loom__ct_item(json_t *v, json_t *k);
+
+/* ---- the filters kept apart from the interpreter (chat_template_filter.c):
+ * sort, dictsort, unique, sum, max, min, round, format, indent, center,
+ * batch, tojson, e/escape. */
+int loom__ct_filter_known(const char *name);
+/* Applies filter NAME to V with positional ARGS and keyword arguments
+ * (names KW, values KWV; NULL values for undefined). LINE is for messages. */
+loom_status loom__ct_filter(const char *name, int line, json_t *v,
+                            json_t **args, size_t na, char **kw, json_t **kwv,
+                            size_t n_kw, json_t **out, loom_err *err);
+/* strftime_now(FORMAT): the local time now, as Python's strftime. */
+json_t *loom__ct_strftime_now(json_t *format);
 
 /* Renders the parsed body into *out (malloc'd). */
 loom_status loom__ct_render(const loom_chat_template *t, json_t *vars,

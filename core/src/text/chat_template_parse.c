@@ -976,6 +976,46 @@ static ct_node *parse_stmt(parser *p)
         }
         return n;
     }
+    if (!strcmp(t->s, "filter")) {
+        /* {% filter a | b(x) %}body{% endfilter %} */
+        ct_node *n = node(p, CT_OUTPUT), *body = node(p, CT_NAME);
+        if (body && !(body->name = loom__ct_strdup(CT_FILTER_BODY))) {
+            free_node(body);
+            body = NULL;
+        }
+        if (!n || !body) {
+            free_node(n);
+            free_node(body);
+            return oom(p);
+        }
+        n->neg = 1;
+        if (cur(p)->type != TK_NAME) {
+            free_node(n);
+            free_node(body);
+            return fail(p, LOOM_ERR_FORMAT, "%s",
+                        "expected a filter name after 'filter'");
+        }
+        ct_node *f = wrap_named(p, CT_FILTER, body, cur(p)->s);
+        if (!f) {
+            free_node(n);
+            return NULL;
+        }
+        p->i++;
+        if (is_op(p, "(")) {
+            p->i++;
+            if (!parse_args(p, f)) {
+                free_node(f);
+                free_node(n);
+                return NULL;
+            }
+        }
+        if (!(n->a = parse_filters(p, f)) ||
+            !body_until(p, &n->body, "endfilter")) {
+            free_node(n);
+            return NULL;
+        }
+        return n;
+    }
     if (!strcmp(t->s, "generation")) {
         /* HF's marker of assistant text: rendered as its body. */
         ct_node *n = node(p, CT_BLOCK);

@@ -5,7 +5,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+
+#include <utf8proc.h>
 
 #include "chat_template_impl.h"
 
@@ -190,8 +193,9 @@ static void put_number(ct_buf *b, json_t *v)
     loom__ct_sb_str(b, tmp);
 }
 
-/* JSON text as Python's json.dumps(ensure_ascii=False) writes it. */
-static void json_str(ct_buf *b, const char *s, size_t len)
+/* JSON text as Python's json.dumps writes it; ASCII: ensure_ascii, every
+ * character past U+007F as \uXXXX (a surrogate pair past U+FFFF). */
+static void json_str(ct_buf *b, const char *s, size_t len, int ascii)
 {
     loom__ct_sb_add(b, "\"", 1);
     /* The characters with a short escape, and the letter after '\\'. */
@@ -199,7 +203,7 @@ static void json_str(ct_buf *b, const char *s, size_t len)
     for (size_t i = 0; i < len; i++) {
         unsigned char ch = (unsigned char)s[i];
         const char *k = ch ? strchr(plain, ch) : NULL;
-        char esc[8];
+        char esc[16];
         if (k) {
             esc[0] = '\\';
             esc[1] = letter[k - plain];
@@ -207,6 +211,22 @@ static void json_str(ct_buf *b, const char *s, size_t len)
         } else if (ch < 0x20) {
             snprintf(esc, sizeof esc, "\\u%04x", ch);
             loom__ct_sb_add(b, esc, 6);
+        } else if (ascii && ch >= 0x80) {
+            size_t n = loom__ct_u8_len_at(s + i, len - i);
+            uint32_t cp = ch & (n == 2 ? 0x1f : n == 3 ? 0x0f : 0x07);
+            for (size_t j = 1; j < n; j++)
+                cp = (cp << 6) | ((unsigned char)s[i + j] & 0x3f);
+            i += n - 1;
+            if (cp >= 0x10000) {
+                cp -= 0x10000;
+                snprintf(esc, sizeof esc, "\\u%04x\\u%04x",
+                         0xd800 + (unsigned)(cp >> 10),
+                         0xdc00 + (unsigned)(cp & 0x3ff));
+                loom__ct_sb_add(b, esc, 12);
+            } else {
+                snprintf(esc, sizeof esc, "\\u%04x", (unsigned)cp);
+                loom__ct_sb_add(b, esc, 6);
+            }
         } else {
             loom__ct_sb_add(b, (const char *)&ch, 1);
         }
@@ -225,12 +245,14 @@ static void indent_to(ct_buf *b, int indent, int level)
 }
 
 /* What json.dumps writes before an item of a list or dict at LEVEL. */
-static void item_start(ct_buf *b, int first, int indent, int level)
+static void item_start(ct_buf *b, int first, const ct_json_opts *o, int level)
 {
     if (!first)
-        loom__ct_sb_str(b, indent >= 0 ? "," : ", ");
-    if (indent >= 0)
-        indent_to(b, indent, level + 1);
+        loom__ct_sb_str(b, o->item_sep      ? o->item_sep
+                           : o->indent >= 0 ? ","
+                                            : ", ");
+    if (o->indent >= 0)
+        indent_to(b, o->indent, level + 1);
 }
 
 /* ... and what it writes to close a list or dict of N items. */
@@ -242,7 +264,13 @@ static void close_items(ct_buf *b, size_t n, int indent, int level,
     loom__ct_sb_str(b, close);
 }
 
-void loom__ct_to_json(ct_buf *b, json_t *v, int indent, int level)
+static int key_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+void loom__ct_to_json_opts(ct_buf *b, json_t *v, const ct_json_opts *o,
+                           int level)
 {
     if (b->oom)
         return;
@@ -259,32 +287,45 @@ void loom__ct_to_json(ct_buf *b, json_t *v, int indent, int level)
     } else if (json_is_number(v)) {
         put_number(b, v);
     } else if (json_is_string(v)) {
-        json_str(b, json_string_value(v), json_string_length(v));
+        json_str(b, json_string_value(v), json_string_length(v), o->ascii);
     } else if (json_is_array(v)) {
         loom__ct_sb_str(b, "[");
         size_t i;
         json_t *x;
         json_array_foreach(v, i, x)
         {
-            item_start(b, i == 0, indent, level);
-            loom__ct_to_json(b, x, indent, level + 1);
+            item_start(b, i == 0, o, level);
+            loom__ct_to_json_opts(b, x, o, level + 1);
         }
-        close_items(b, json_array_size(v), indent, level, "]");
+        close_items(b, json_array_size(v), o->indent, level, "]");
     } else {
         loom__ct_sb_str(b, "{");
-        const char *k;
-        json_t *x;
-        int first = 1;
-        json_object_foreach(v, k, x)
-        {
-            item_start(b, first, indent, level);
-            first = 0;
-            json_str(b, k, strlen(k));
-            loom__ct_sb_str(b, ": ");
-            loom__ct_to_json(b, x, indent, level + 1);
+        size_t n = json_object_size(v), k = 0;
+        const char **keys = malloc((n ? n : 1) * sizeof *keys);
+        if (!keys) {
+            b->oom = 1;
+            return;
         }
-        close_items(b, json_object_size(v), indent, level, "}");
+        const char *key;
+        json_t *x;
+        json_object_foreach(v, key, x) keys[k++] = key;
+        if (o->sort_keys)
+            qsort(keys, n, sizeof *keys, key_cmp);
+        for (k = 0; k < n; k++) {
+            item_start(b, k == 0, o, level);
+            json_str(b, keys[k], strlen(keys[k]), o->ascii);
+            loom__ct_sb_str(b, o->key_sep ? o->key_sep : ": ");
+            loom__ct_to_json_opts(b, json_object_get(v, keys[k]), o, level + 1);
+        }
+        free(keys);
+        close_items(b, n, o->indent, level, "}");
     }
+}
+
+void loom__ct_to_json(ct_buf *b, json_t *v, int indent, int level)
+{
+    ct_json_opts o = {indent, NULL, NULL, 0, 0};
+    loom__ct_to_json_opts(b, v, &o, level);
 }
 
 /* Python's str() of a value (repr for the strings inside containers). */
@@ -580,28 +621,45 @@ json_t *loom__ct_replace(json_t *v, json_t *from, json_t *to, json_int_t count)
     return loom__ct_sb_take(&b);
 }
 
+/* Letters that have a case: what Python's title() calls cased. */
+static int cased(utf8proc_int32_t cp)
+{
+    utf8proc_category_t k = utf8proc_category(cp);
+    return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL ||
+           k == UTF8PROC_CATEGORY_LT;
+}
+
 json_t *loom__ct_change_case(json_t *v, int mode)
 {
-    /* ASCII letters only: the templates lower/upper role names. */
-    size_t len = json_string_length(v);
-    char *s = malloc(len + 1);
-    if (!s)
-        return NULL;
-    memcpy(s, json_string_value(v), len);
-    int start = 1;
-    for (size_t i = 0; i < len; i++) {
-        char ch = s[i];
-        int alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
-        int up = mode == 1 || ((mode == 2 || mode == 3) && start);
-        if (mode == 3 && i > 0)
-            up = 0;
-        if (alpha)
-            s[i] = up ? (char)(ch & ~0x20) : (char)(ch | 0x20);
-        start = mode == 2 ? !alpha : 0;
+    const utf8proc_uint8_t *s = (const utf8proc_uint8_t *)json_string_value(v);
+    utf8proc_ssize_t len = (utf8proc_ssize_t)json_string_length(v);
+    ct_buf b = {0};
+    int prev_cased = 0, first = 1;
+    for (utf8proc_ssize_t i = 0; i < len;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t n = utf8proc_iterate(s + i, len - i, &cp);
+        if (n <= 0) { /* not UTF-8: the byte as it is */
+            loom__ct_sb_add(&b, (const char *)s + i, 1);
+            i++;
+            continue;
+        }
+        utf8proc_int32_t to = cp;
+        if (mode == 0)
+            to = utf8proc_tolower(cp);
+        else if (mode == 1)
+            to = utf8proc_toupper(cp);
+        else if (mode == 2)
+            to = prev_cased ? utf8proc_tolower(cp) : utf8proc_totitle(cp);
+        else
+            to = first ? utf8proc_totitle(cp) : utf8proc_tolower(cp);
+        prev_cased = cased(cp);
+        first = 0;
+        utf8proc_uint8_t enc[4];
+        utf8proc_ssize_t k = utf8proc_encode_char(to, enc);
+        loom__ct_sb_add(&b, (const char *)enc, (size_t)k);
+        i += n;
     }
-    json_t *r = json_stringn_nocheck(s, len);
-    free(s);
-    return r;
+    return loom__ct_sb_take(&b);
 }
 
 json_t *loom__ct_slice(json_t *v, json_t *a, json_t *b, json_t *step)
