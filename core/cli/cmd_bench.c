@@ -229,6 +229,10 @@ int loom_cmd_bench(int argc, char **argv)
         if (streams[i] > most)
             most = streams[i];
     ep.max_rows = most + 1 > 512 ? most + 1 : 512;
+    ep.max_streams = most;
+    /* the cache pool need not hold the model's whole context */
+    if (ep.max_context == 0)
+        ep.max_context = n_prompt + n_gen + 16;
     loom_engine *e = NULL;
     loom_err err = {{0}};
     if (loom_engine_open(&ep, &e, &err) != LOOM_OK) {

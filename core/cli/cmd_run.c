@@ -174,6 +174,7 @@ int loom_cmd_run(int argc, char **argv)
 
     loom_engine_params ep;
     loom_cli_engine_params(&o, model, &ep);
+    ep.max_streams = 1; /* one stream: the cache pool holds one slot */
     loom_engine *e = NULL;
     loom_err err = {{0}};
     if (loom_engine_open(&ep, &e, &err) != LOOM_OK) {

@@ -114,6 +114,7 @@ int loom_cmd_serve(int argc, char **argv)
     }
     loom_engine_params ep;
     loom_cli_engine_params(&o, model, &ep);
+    ep.max_streams = sp.parallel;
     /* progress only where a person watches it */
     if (loom_is_terminal(2)) {
         ep.progress = loom_cli_progress;

@@ -57,6 +57,7 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     Q35_FN(gdn_replay, "q35_gdn_replay");
     Q35_FN(attn_prep, "q35_attn_prep");
     Q35_FN(attention, "q35_attention");
+    Q35_FN(attn_combine, "q35_attn_combine");
     Q35_FN(gather, "q35_gather");
     Q35_FN(add, "q35_add");
     Q35_FN(next_split, "q35_next_split");
@@ -273,6 +274,12 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
     int64_t ow = q35_imax(vd, G->n_heads * G->head_dim);
     int64_t E = G->n_experts + 1, K = G->top_k + 1;
     int64_t Hv = G->lin_v_heads;
+    /* as many key splits as the context can use, one at least */
+    int64_t splits = (m->max_context + Q35_ATTN_CHUNK - 1) / Q35_ATTN_CHUNK;
+    splits = splits < 1                 ? 1
+             : splits > Q35_ATTN_SPLITS ? Q35_ATTN_SPLITS
+                                        : splits;
+    g->attn_splits = (int)splits;
     /* floats of each buffer, in the order of the members */
     int64_t sizes[] = {R * H,
                        R * H,
@@ -293,12 +300,13 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
                        R * H,
                        R,
                        R * (int64_t)(sizeof(q35_gpu_row) / 4),
-                       R * (int64_t)(sizeof(q35_gpu_stream) / 4)};
-    loom_cu_ptr *dst[] = {&s->h,    &s->xn,       &s->big0,  &s->big1,
-                          &s->big2, &s->conv_out, &s->o,     &s->z,
-                          &s->b,    &s->a,        &s->decay, &s->beta,
-                          &s->prob, &s->sel,      &s->wsel,  &s->gout,
-                          &s->proj, &s->shg,      &s->rows,  &s->streams};
+                       R * (int64_t)(sizeof(q35_gpu_stream) / 4),
+                       R * G->n_heads * splits * (G->head_dim + 2)};
+    loom_cu_ptr *dst[] = {
+        &s->h,    &s->xn,      &s->big0, &s->big1, &s->big2,  &s->conv_out,
+        &s->o,    &s->z,       &s->b,    &s->a,    &s->decay, &s->beta,
+        &s->prob, &s->sel,     &s->wsel, &s->gout, &s->proj,  &s->shg,
+        &s->rows, &s->streams, &s->part};
     int n = (int)(sizeof sizes / sizeof *sizes);
     uint64_t total = 0;
     for (int i = 0; i < n; i++)
@@ -339,6 +347,7 @@ void q35_gpu_close(loom_model *m)
     /* nothing may still read what is freed */
     cu->streamSynchronize(cu->stream);
     q35_gpu_graphs_free(g);
+    q35_gpu_pool_close(m);
     cu->free(cu, LOOM_MEM_WEIGHTS, g->weights, g->weights_bytes);
     cu->free(cu, LOOM_MEM_SCRATCH, g->s.block, g->s.bytes);
     cu->free(cu, LOOM_MEM_SCRATCH, g->s.logits, g->s.logits_bytes);
@@ -376,7 +385,10 @@ static loom_status q35_gpu_module(q35_gpu *g, loom_err *err)
 loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
                          loom_err *err)
 {
-    (void)opt;
+    uint32_t osz = opt ? opt->struct_size : 0;
+    int32_t max_streams = LOOM_HAS_FIELD(osz, loom_model_options, max_streams)
+                              ? opt->max_streams
+                              : 0;
     const loom_cuda *cu = m->host->cuda ? m->host->cuda(m->host) : NULL;
     if (!cu)
         return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
@@ -425,6 +437,8 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
     if ((st = a.st) != LOOM_OK)
         goto fail;
     if ((st = q35_gpu_scratch_alloc(m, err)) != LOOM_OK)
+        goto fail;
+    if ((st = q35_gpu_pool_open(m, max_streams, err)) != LOOM_OK)
         goto fail;
     st = q35_gpu_check(g, cu->streamSynchronize(cu->stream),
                        "uploading weights", err);

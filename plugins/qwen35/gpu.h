@@ -34,7 +34,7 @@ typedef struct q35_gpu_fns {
     loom_cu_function linear[3];
     loom_cu_function rmsnorm, conv, conv_restore, gdn_prep;
     loom_cu_function gdn_rec, gdn_replay;
-    loom_cu_function attn_prep, attention;
+    loom_cu_function attn_prep, attention, attn_combine;
     loom_cu_function gather, add, next_split, moe_route, moe_axpy;
 } q35_gpu_fns;
 
@@ -45,6 +45,7 @@ typedef struct q35_gpu_scratch {
     loom_cu_ptr h, xn, big0, big1, big2, conv_out, o, z, b, a, decay, beta;
     loom_cu_ptr prob, sel, wsel, gout, proj, shg;
     loom_cu_ptr rows, streams;
+    loom_cu_ptr part; /* attention's splits: [R][n_heads][splits][hd + 2] */
     loom_cu_ptr logits, taps, maps; /* grown on demand */
     uint64_t logits_bytes, taps_bytes, maps_bytes;
 } q35_gpu_scratch;
@@ -60,6 +61,22 @@ typedef struct q35_graph {
     loom_cu_graph_exec exec;
 } q35_graph;
 
+/* The cache pool made at open, sized from max_context and max_streams:
+ * K/V pages handed out as streams grow, and per-stream slots (conv tails,
+ * states, their snapshots and the stream's page table). */
+typedef struct q35_gpu_pool {
+    loom_cu_ptr pages; /* n_pages x page_bytes */
+    uint64_t page_bytes;
+    int32_t n_pages, n_free_pages;
+    int32_t *free_pages;
+    loom_cu_ptr slots; /* n_slots x slot_bytes */
+    uint64_t slot_bytes;
+    uint64_t state_bytes; /* a slot's first part; the page table follows */
+    int32_t n_slots, n_free_slots;
+    int32_t *free_slots;
+    int32_t ptab_len; /* a page table's entries: ceil(max_context / page) */
+} q35_gpu_pool;
+
 typedef struct q35_gpu {
     const loom_cuda *cu;
     loom_cu_module module;
@@ -71,6 +88,7 @@ typedef struct q35_gpu {
     q35_gpu_layer *layers;
     unsigned gdn_threads; /* q35_gdn_rec's block: ceil(dk/32) * dv/32 warps */
     int64_t big;          /* widest projection output, floats */
+    int attn_splits;      /* key splits of attention launches (fixed) */
     q35_gpu_scratch s;
     q35_gpu_log lay; /* the replay log's layout */
     q35_graph graphs[Q35_GRAPHS];
@@ -83,14 +101,16 @@ typedef struct q35_gpu {
     q35_gpu_row *rows;
     q35_gpu_stream *dstreams;
     int64_t host_bytes; /* of these tables, in the host's account */
+    q35_gpu_pool pool;
 } q35_gpu;
 
 /* A stream's device state (the `gpu` member of its loom_cache). */
 typedef struct q35_gpu_cache {
-    loom_cu_ptr fixed; /* conv, state, snap_conv, snap_state */
-    uint64_t fixed_bytes;
-    loom_cu_ptr kv; /* [n_attn][2][kv_cap][n_kv * head_dim] */
-    int64_t kv_cap;
+    /* its slot: conv, state, snap_conv, snap_state, then the page table */
+    loom_cu_ptr fixed;
+    int32_t slot;    /* in the pool, or -1: `fixed` is its own allocation */
+    int32_t n_pages; /* pages held, in position order */
+    int32_t *pages;  /* [ptab_len], the host copy of its page table */
     loom_cu_ptr log; /* [log_cap][n_lin][log size] */
     int32_t log_cap;
 } q35_gpu_cache;
@@ -108,6 +128,11 @@ loom_status q35_gpu_check(const q35_gpu *g, loom_cu_result r, const char *what,
                           loom_err *err);
 
 /* gpu_cache.c */
+/* The cache pool (at open; max_streams 0: 16 slots, more caches get slots
+ * of their own), and its release (at close, after every cache). */
+loom_status q35_gpu_pool_open(loom_model *m, int32_t max_streams,
+                              loom_err *err);
+void q35_gpu_pool_close(loom_model *m);
 loom_status q35_gpu_cache_new(loom_model *m, loom_cache **out, loom_err *err);
 void q35_gpu_cache_reset(loom_model *m, loom_cache *c);
 void q35_gpu_cache_free(loom_model *m, loom_cache *c);

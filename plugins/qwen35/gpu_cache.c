@@ -1,7 +1,8 @@
-/* The device half of a qwen35 stream cache: K/V rows of every attention
- * layer in one contiguous block that grows with the stream (paged later),
- * and for the Gated DeltaNet layers the conv tails, the float32 states and
- * their window snapshots in one fixed block; speculative rows' replay log
+/* The device half of a qwen35 stream cache and the pool it comes from: the
+ * model makes at open K/V pages of Q35_KV_PAGE positions (every attention
+ * layer's K and V) handed out as streams grow, and one slot per stream for
+ * the Gated DeltaNet layers' conv tails, float32 states and their window
+ * snapshots, with the stream's page table; speculative rows' replay log
  * grows with the longest window. The rollback is the CPU path's (cache.c):
  * snapshot at the window's first row, log what each speculative row fed,
  * and commit(kept) restores and replays the kept rows through the same
@@ -9,6 +10,8 @@
 #include "gpu.h"
 
 #include <stdlib.h>
+
+#define Q35_POOL_DEFAULT_SLOTS 16
 
 static int64_t q35_tail_n(const loom_model *m)
 {
@@ -25,16 +28,104 @@ static int64_t q35_kv_width(const loom_model *m)
     return m->g.n_kv_heads * m->g.head_dim;
 }
 
+static uint64_t q35_up256(uint64_t n)
+{
+    return (n + 255) & ~(uint64_t)255;
+}
+
+loom_status q35_gpu_pool_open(loom_model *m, int32_t max_streams, loom_err *err)
+{
+    q35_gpu *g = m->gpu;
+    const loom_cuda *cu = g->cu;
+    q35_gpu_pool *p = &g->pool;
+    uint64_t lin = (uint64_t)m->n_lin, f = sizeof(float);
+    p->ptab_len = (int32_t)((m->max_context + Q35_KV_PAGE - 1) / Q35_KV_PAGE);
+    p->state_bytes =
+        q35_up256(2 * lin * (uint64_t)(q35_tail_n(m) + q35_state_n(m)) * f);
+    p->slot_bytes = p->state_bytes + q35_up256((uint64_t)p->ptab_len * 4);
+    p->n_slots = max_streams > 0 ? max_streams : Q35_POOL_DEFAULT_SLOTS;
+    p->page_bytes =
+        (uint64_t)m->n_attn * 2u * Q35_KV_PAGE * (uint64_t)q35_kv_width(m) * f;
+    /* every stream at the full context, or half the free memory */
+    int64_t want = (int64_t)p->n_slots * p->ptab_len;
+    size_t free_b = 0, total_b = 0;
+    if (p->page_bytes > 0 && cu->memGetInfo(&free_b, &total_b) == 0) {
+        int64_t room = (int64_t)(free_b / 2 / p->page_bytes);
+        if (want > room)
+            want = room > 1 ? room : 1;
+    }
+    if (p->page_bytes == 0)
+        want = 0;
+    p->free_pages = malloc(sizeof(int32_t) * (size_t)(want > 0 ? want : 1));
+    p->free_slots = malloc(sizeof(int32_t) * (size_t)p->n_slots);
+    if (!p->free_pages || !p->free_slots)
+        return loom_err_set(err, LOOM_ERR_NOMEM,
+                            "qwen35 cache pool: no memory");
+    loom_status st =
+        cu->alloc(cu, LOOM_MEM_CACHE, (uint64_t)p->n_slots * p->slot_bytes,
+                  &p->slots, err);
+    if (st != LOOM_OK)
+        return st;
+    /* a budget below the worst case: fewer pages, halved until they fit */
+    st = LOOM_ERR_FULL;
+    while (want > 0) {
+        st = cu->alloc(cu, LOOM_MEM_CACHE, (uint64_t)want * p->page_bytes,
+                       &p->pages, err);
+        if (st != LOOM_ERR_FULL || want <= p->ptab_len)
+            break;
+        want /= 2;
+    }
+    if (want > 0 && st != LOOM_OK) {
+        cu->free(cu, LOOM_MEM_CACHE, p->slots,
+                 (uint64_t)p->n_slots * p->slot_bytes);
+        p->slots = 0;
+        return st;
+    }
+    p->n_pages = (int32_t)want;
+    /* handed out lowest first */
+    for (int32_t i = 0; i < p->n_pages; i++)
+        p->free_pages[i] = p->n_pages - 1 - i;
+    p->n_free_pages = p->n_pages;
+    for (int32_t i = 0; i < p->n_slots; i++)
+        p->free_slots[i] = p->n_slots - 1 - i;
+    p->n_free_slots = p->n_slots;
+    m->host->log(m->host, LOOM_LOG_INFO,
+                 "qwen35: cache pool of %d slots and %d K/V pages of %d "
+                 "positions (%llu bytes)",
+                 p->n_slots, p->n_pages, Q35_KV_PAGE,
+                 (unsigned long long)((uint64_t)p->n_pages * p->page_bytes +
+                                      (uint64_t)p->n_slots * p->slot_bytes));
+    return LOOM_OK;
+}
+
+void q35_gpu_pool_close(loom_model *m)
+{
+    q35_gpu *g = m->gpu;
+    const loom_cuda *cu = g->cu;
+    q35_gpu_pool *p = &g->pool;
+    if (p->slots)
+        cu->free(cu, LOOM_MEM_CACHE, p->slots,
+                 (uint64_t)p->n_slots * p->slot_bytes);
+    if (p->n_pages > 0)
+        cu->free(cu, LOOM_MEM_CACHE, p->pages,
+                 (uint64_t)p->n_pages * p->page_bytes);
+    free(p->free_pages);
+    free(p->free_slots);
+    memset(p, 0, sizeof *p);
+}
+
 void q35_gpu_cache_view(const loom_model *m, const loom_cache *c,
                         q35_gpu_stream *out)
 {
     const q35_gpu_cache *d = c->gpu;
+    const q35_gpu_pool *p = &m->gpu->pool;
     uint64_t lin = (uint64_t)m->n_lin, f = sizeof(float);
     uint64_t tail = lin * (uint64_t)q35_tail_n(m) * f;
     uint64_t state = lin * (uint64_t)q35_state_n(m) * f;
     memset(out, 0, sizeof *out);
-    out->kv = d->kv;
-    out->kv_cap = d->kv_cap;
+    out->kv = p->pages;
+    out->ptab = d->fixed + p->state_bytes;
+    out->n_attn = m->n_attn;
     out->conv = d->fixed;
     out->state = d->fixed + tail;
     out->snap_conv = d->fixed + tail + state;
@@ -46,26 +137,34 @@ void q35_gpu_cache_view(const loom_model *m, const loom_cache *c,
 loom_status q35_gpu_cache_new(loom_model *m, loom_cache **out, loom_err *err)
 {
     const q35_gpu *g = m->gpu;
+    q35_gpu_pool *p = &m->gpu->pool;
     const loom_cuda *cu = g->cu;
     loom_cache *c = calloc(1, sizeof *c);
     q35_gpu_cache *d = calloc(1, sizeof *d);
-    if (!c || !d) {
+    int32_t *pages = malloc(sizeof(int32_t) * (size_t)(p->ptab_len + 1));
+    if (!c || !d || !pages) {
         free(c);
         free(d);
+        free(pages);
         return loom_err_set(err, LOOM_ERR_NOMEM, "qwen35 cache: no memory");
     }
     c->gpu = d;
     /* the snapshot and the log are device memory (d->fixed, d->log) */
     loom_window_init(&c->win, "qwen35", 0, 0);
-    uint64_t lin = (uint64_t)m->n_lin, f = sizeof(float);
-    d->fixed_bytes =
-        2 * lin * (uint64_t)(q35_tail_n(m) + q35_state_n(m)) * f + 256;
+    d->pages = pages;
+    d->slot = -1;
     cu->ctxSetCurrent(cu->context);
-    loom_status st =
-        cu->alloc(cu, LOOM_MEM_CACHE, d->fixed_bytes, &d->fixed, err);
+    loom_status st = LOOM_OK;
+    if (p->n_free_slots > 0) {
+        d->slot = p->free_slots[--p->n_free_slots];
+        d->fixed = p->slots + (uint64_t)d->slot * p->slot_bytes;
+    } else {
+        /* more caches than --parallel said: a slot of its own */
+        st = cu->alloc(cu, LOOM_MEM_CACHE, p->slot_bytes, &d->fixed, err);
+    }
     if (st == LOOM_OK)
         st = q35_gpu_check(
-            g, cu->memsetD8Async(d->fixed, 0, d->fixed_bytes, cu->stream),
+            g, cu->memsetD8Async(d->fixed, 0, p->state_bytes, cu->stream),
             "clearing a cache", err);
     if (st != LOOM_OK) {
         q35_gpu_cache_free(m, c);
@@ -75,19 +174,21 @@ loom_status q35_gpu_cache_new(loom_model *m, loom_cache **out, loom_err *err)
     return LOOM_OK;
 }
 
+/* Gives the cache's pages back to the pool. */
+static void q35_pages_release(q35_gpu_pool *p, q35_gpu_cache *d)
+{
+    while (d->n_pages > 0)
+        p->free_pages[p->n_free_pages++] = d->pages[--d->n_pages];
+}
+
 void q35_gpu_cache_reset(loom_model *m, loom_cache *c)
 {
     const loom_cuda *cu = m->gpu->cu;
     cu->ctxSetCurrent(cu->context);
-    cu->memsetD8Async(c->gpu->fixed, 0, c->gpu->fixed_bytes, cu->stream);
+    cu->memsetD8Async(c->gpu->fixed, 0, m->gpu->pool.state_bytes, cu->stream);
+    q35_pages_release(&m->gpu->pool, c->gpu);
     c->len = 0;
     loom_window_reset(&c->win);
-}
-
-static uint64_t q35_kv_bytes(const loom_model *m, int64_t cap)
-{
-    return (uint64_t)m->n_attn * 2u * (uint64_t)cap *
-           (uint64_t)q35_kv_width(m) * sizeof(float);
 }
 
 static uint64_t q35_log_bytes(const loom_model *m, int64_t cap)
@@ -102,58 +203,57 @@ void q35_gpu_cache_free(loom_model *m, loom_cache *c)
         return;
     q35_gpu_cache *d = c->gpu;
     if (d) {
+        q35_gpu_pool *p = &m->gpu->pool;
         const loom_cuda *cu = m->gpu->cu;
         cu->ctxSetCurrent(cu->context);
         /* kernels in flight may still read it */
         cu->streamSynchronize(cu->stream);
-        cu->free(cu, LOOM_MEM_CACHE, d->fixed, d->fixed_bytes);
-        cu->free(cu, LOOM_MEM_CACHE, d->kv, q35_kv_bytes(m, d->kv_cap));
+        q35_pages_release(p, d);
+        if (d->slot >= 0)
+            p->free_slots[p->n_free_slots++] = d->slot;
+        else
+            cu->free(cu, LOOM_MEM_CACHE, d->fixed, p->slot_bytes);
         cu->free(cu, LOOM_MEM_CACHE, d->log, q35_log_bytes(m, d->log_cap));
+        free(d->pages);
         free(d);
     }
     loom_window_free(&c->win);
     free(c);
 }
 
-/* Grows the K/V block to hold `need` positions, keeping the first c->len
- * of each layer's K and V. */
-static loom_status q35_kv_grow(loom_model *m, loom_cache *c, int64_t need,
-                               loom_err *err)
+/* Pages for `need` positions, from the pool; their page-table entries go
+ * up in one stream-ordered copy (no synchronisation). */
+static loom_status q35_pages_take(loom_model *m, loom_cache *c, int64_t need,
+                                  loom_err *err)
 {
     q35_gpu_cache *d = c->gpu;
-    const q35_gpu *g = m->gpu;
-    const loom_cuda *cu = g->cu;
-    if (need <= d->kv_cap || m->n_attn == 0)
+    q35_gpu_pool *p = &m->gpu->pool;
+    if (m->n_attn == 0)
         return LOOM_OK;
-    int64_t cap = d->kv_cap ? d->kv_cap : 256;
-    while (cap < need)
-        cap *= 2;
-    if (cap > m->max_context)
-        cap = m->max_context;
-    loom_cu_ptr p = 0;
-    loom_status st =
-        cu->alloc(cu, LOOM_MEM_CACHE, q35_kv_bytes(m, cap), &p, err);
-    if (st != LOOM_OK)
-        return st;
-    uint64_t row = (uint64_t)q35_kv_width(m) * sizeof(float);
-    for (int64_t i = 0; st == LOOM_OK && c->len > 0 && i < 2 * m->n_attn; i++)
-        st = q35_gpu_check(
-            g,
-            cu->memcpyDtoDAsync(p + (uint64_t)i * (uint64_t)cap * row,
-                                d->kv + (uint64_t)i * (uint64_t)d->kv_cap * row,
-                                (size_t)((uint64_t)c->len * row), cu->stream),
-            "growing a K/V cache", err);
-    if (st == LOOM_OK)
-        st = q35_gpu_check(g, cu->streamSynchronize(cu->stream),
-                           "growing a K/V cache", err);
+    int32_t want = (int32_t)((need + Q35_KV_PAGE - 1) / Q35_KV_PAGE);
+    int32_t more = want - d->n_pages;
+    if (more <= 0)
+        return LOOM_OK;
+    if (more > p->n_free_pages)
+        return loom_err_set(err, LOOM_ERR_FULL,
+                            "qwen35 cache pool: a stream needs %d more K/V "
+                            "pages of %d positions, %d of %d are free (lower "
+                            "--ctx or --parallel, or raise --gpu-memory)",
+                            more, Q35_KV_PAGE, p->n_free_pages, p->n_pages);
+    int32_t first = d->n_pages;
+    for (int32_t i = 0; i < more; i++)
+        d->pages[d->n_pages++] = p->free_pages[--p->n_free_pages];
+    const loom_cuda *cu = m->gpu->cu;
+    loom_cu_ptr at = d->fixed + p->state_bytes + (uint64_t)first * 4;
+    loom_status st = q35_gpu_check(
+        m->gpu,
+        cu->memcpyHtoDAsync(at, d->pages + first, (size_t)more * 4, cu->stream),
+        "uploading a page table", err);
     if (st != LOOM_OK) {
-        cu->free(cu, LOOM_MEM_CACHE, p, q35_kv_bytes(m, cap));
-        return st;
+        while (d->n_pages > first)
+            p->free_pages[p->n_free_pages++] = d->pages[--d->n_pages];
     }
-    cu->free(cu, LOOM_MEM_CACHE, d->kv, q35_kv_bytes(m, d->kv_cap));
-    d->kv = p;
-    d->kv_cap = cap;
-    return LOOM_OK;
+    return st;
 }
 
 loom_status q35_gpu_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
@@ -165,7 +265,7 @@ loom_status q35_gpu_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
                             "qwen35: stream would hold %lld positions, over "
                             "the context limit %lld",
                             (long long)need, (long long)m->max_context);
-    loom_status st = q35_kv_grow(m, c, need, err);
+    loom_status st = q35_pages_take(m, c, need, err);
     if (st != LOOM_OK || n_spec == 0 || m->n_lin == 0)
         return st;
     q35_gpu_cache *d = c->gpu;

@@ -118,8 +118,11 @@ static loom_status q35_gpu_attention(const q35_run *R, q35_gpu_layer *L,
     Q35_LAUNCH(attn_prep, nh + nkv, T, 128, (unsigned)hd * 4, &s->big0,
                &s->big1, &s->big2, &L->q_norm, &L->k_norm, &inv, &s->streams,
                &s->rows, &slot, &nh, &nkv, &hd, &rot, &eps);
-    Q35_LAUNCH(attention, nh, T, 128, 0, &s->big0, &s->o, &s->streams, &s->rows,
-               &slot, &nh, &nkv, &hd);
+    int sp = R->g->attn_splits;
+    Q35_LAUNCH(attention, nh * sp, T, 128, 0, &s->big0, &s->part, &s->streams,
+               &s->rows, &slot, &nh, &nkv, &hd, &sp);
+    Q35_LAUNCH(attn_combine, nh, T, 128, 0, &s->big0, &s->part, &s->o, &s->rows,
+               &nh, &hd, &sp);
     Q35_LIN(&L->o, NULL, s->o, nh * hd, s->h, H, T, 1, 0, 0);
     return LOOM_OK;
 }

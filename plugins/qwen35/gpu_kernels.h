@@ -15,21 +15,31 @@ typedef struct q35_gpu_row {
     int32_t log;    /* replay-log index of a speculative row, else -1 */
 } q35_gpu_row;
 
+/* Positions in one page of the K/V pool: a page holds, for every attention
+ * layer, K and V of Q35_KV_PAGE consecutive positions of one stream. */
+#define Q35_KV_PAGE 16
+
+/* Attention over keys in splits (cuda/attention.cu): at most
+ * Q35_ATTN_SPLITS per row, each at least Q35_ATTN_CHUNK positions. */
+#define Q35_ATTN_SPLITS 32
+#define Q35_ATTN_CHUNK  64
+
 /* One stream (cache) of a round: where its device state lives and which
  * rows of the round are its. */
 typedef struct q35_gpu_stream {
-    uint64_t kv;         /* float [n_attn][2][kv_cap][n_kv*head_dim] */
+    /* the model's K/V pool, float [page][n_attn][2][Q35_KV_PAGE][n_kv*hd] */
+    uint64_t kv;
     uint64_t conv;       /* float [n_lin][(K-1) * conv_dim], oldest first */
     uint64_t state;      /* float [n_lin][Hv][dk][dv] */
     uint64_t snap_conv;  /* copies of conv and state at a window's start */
     uint64_t snap_state; /* */
     uint64_t log;        /* float [log_cap][n_lin][log_size] */
-    int64_t kv_cap;      /* positions kv holds room for */
+    uint64_t ptab;       /* int32 [positions / Q35_KV_PAGE]: its pages */
     int32_t first;       /* its rows: [first, first + count) */
     int32_t count;
     int32_t snap_row; /* index among its rows before which the snapshot is
                          taken, or -1 */
-    int32_t pad;
+    int32_t n_attn;   /* attention layers (a page's stride) */
 } q35_gpu_stream;
 
 /* Offsets (floats) of one row's entry in one GDN layer's replay log. */

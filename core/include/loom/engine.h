@@ -21,6 +21,9 @@ typedef struct loom_engine_params {
     int n_threads;       /* <= 0: one per CPU */
     int64_t max_context; /* 0: the model's */
     int32_t max_rows;    /* 0: 512 */
+    /* streams alive at once (--parallel), for the model's cache pool; 0:
+     * the family's default */
+    int32_t max_streams;
     /* --gpu-memory: 0 default (90%), (0, 1] a fraction, > 1 bytes */
     double gpu_memory;
     const char *drafter;        /* a drafter checkpoint directory, or NULL */

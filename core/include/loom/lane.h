@@ -121,6 +121,9 @@ typedef struct loom_lane_params {
      * Drafts per verify window: 0 lets the planner pick from each stream's
      * recent acceptance; > 0 fixes it (capped by the drafter's block). */
     int32_t draft_window;
+    /* Nonzero: on a device engine too, logits come back to the host and the
+     * host sampler draws (tests hold the device path to it). */
+    int32_t host_sampling;
 } loom_lane_params;
 
 loom_status loom_lane_new(const loom_lane_params *params, loom_lane **out,

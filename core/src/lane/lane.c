@@ -127,6 +127,8 @@ loom_status loom_lane_new(const loom_lane_params *p, loom_lane **out,
         rc = loom__pool_init(&lane->pool, lane, lane->max_streams, err);
     if (rc == LOOM_OK)
         rc = loom__out_init(lane, p, err);
+    if (rc == LOOM_OK && !p->host_sampling)
+        rc = loom__dev_init(lane, err);
     if (rc != LOOM_OK) {
         loom_lane_free(lane);
         return rc;
@@ -382,6 +384,7 @@ void loom_lane_free(loom_lane *lane)
         if (lane->act && lane->map.slot)
             loom__lane_cancel_all(lane);
     }
+    loom__dev_free(lane);
     loom__pool_free(&lane->pool);
     loom__map_free(&lane->map);
     loom__out_free(lane);

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <loom/cuda_sample.h>
 #include <loom/lane.h>
 #include <loom/platform.h>
 #include <loom/tokenizer.h>
@@ -98,15 +99,18 @@ typedef struct lane_stats_state {
 
 /* One stream's draws in a round: one row's, or a verify window's (the
  * pending token's row, then one row per draft). */
+typedef struct lane_device lane_device;
+
 typedef struct draw_job {
     stream *s;
-    const float *logits; /* n rows of vocab */
+    const float *logits; /* n rows of vocab, host */
     int32_t vocab;
     int32_t position;        /* of the first drawn token */
     int32_t n;               /* rows with logits */
     const int32_t *drafts;   /* n - 1 drafts (a window), else NULL */
     loom_sample_result *res; /* n results; the first n_emit are kept */
     int32_t n_emit;
+    int32_t logits_row; /* of the first row, in the round's logits */
 } draw_job;
 
 /* The drafter the lane speculates with (spec.c); ref NULL: none. */
@@ -179,6 +183,10 @@ struct loom_lane {
     size_t n_text, cap_text;
 
     lane_stats_state stats;
+
+    /* the device path (engines on CUDA), NULL elsewhere: logits stay in
+     * d_logits, the device sampler draws there */
+    lane_device *dev;
 };
 
 /* ---- stream_map.c */
@@ -271,5 +279,35 @@ void loom__sampler_logprobs(const loom_sampler *s, const float *logits,
 loom_status loom__sampler_new(const loom_sample_params *checked, int32_t vocab,
                               uint64_t random_seed, loom_sampler **out,
                               loom_err *err);
+
+/* The sampler's parameters with the seed in use (has_seed set). */
+const loom_sample_params *loom__sampler_params(const loom_sampler *s);
+/* The sampler's penalty counts as a sparse list (each token once) into
+ * out; returns the entries, 0 without penalties, -1 when they exceed cap
+ * or were not all tracked (out of memory). */
+int32_t loom__sampler_pen_list(loom_sampler *s, loom_cuda_penalty *out,
+                               int32_t cap);
+
+/* ---- device.c */
+/* The device path when the engine's model runs on CUDA (lane->dev stays
+ * NULL otherwise): logits view, device sampler, penalty staging. */
+loom_status loom__dev_init(loom_lane *lane, loom_err *err);
+void loom__dev_free(loom_lane *lane);
+/* The device logits view of `rows` rows for forward. */
+loom_view loom__dev_logits_view(const loom_lane *lane, int32_t rows);
+/* Draws jobs[0..nj) from their rows of the device logits (jobs[j].res),
+ * and verifies windows there when n_win > 0 (loom_cuda_verify's emit
+ * layout); one synchronisation, only ids and asked-for logprobs come
+ * back. The one entry point for plain rounds and speculative ones. */
+loom_status loom__dev_draw(loom_lane *lane, draw_job *jobs, int32_t nj,
+                           const loom_cuda_window *win, int32_t n_win,
+                           int32_t *n_emit, int32_t *emit, loom_err *err);
+/* After a forward of nr rows: plain one-row draws are drawn on the device
+ * (lane->draws at their logits rows, accepted by their samplers); the rows
+ * of windows and prompt logprobs come back to lane->logits at their rows
+ * for the host code. One synchronisation. */
+loom_status loom__dev_round(loom_lane *lane, int32_t nr, loom_err *err);
+/* Whether logits row k was drawn by loom__dev_round this round. */
+int loom__dev_drawn(const loom_lane *lane, int32_t k);
 
 #endif

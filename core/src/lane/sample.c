@@ -139,6 +139,11 @@ struct loom_sampler {
     int32_t *gen_count;
     int32_t *hist; /* token | generated << 31 */
     int64_t n_hist, cap_hist;
+    /* tokens with counts, for the device sampler's sparse list: listed[t]
+     * says t is in `touched` (it may have dropped back to zero since) */
+    int32_t *touched;
+    int32_t n_touched, cap_touched;
+    unsigned char *listed;
     float *work;
 };
 
@@ -163,9 +168,11 @@ loom_status loom__sampler_new(const loom_sample_params *checked, int32_t vocab,
     if (penal) {
         s->prompt_count = (int32_t *)calloc((size_t)vocab, sizeof(int32_t));
         s->gen_count = (int32_t *)calloc((size_t)vocab, sizeof(int32_t));
+        s->listed = (unsigned char *)calloc((size_t)vocab, 1);
     }
     s->work = (float *)malloc(sizeof(float) * (size_t)vocab);
-    if ((penal && (!s->prompt_count || !s->gen_count)) || !s->work) {
+    if ((penal && (!s->prompt_count || !s->gen_count || !s->listed)) ||
+        !s->work) {
         loom_sampler_free(s);
         return loom_err_set(err, LOOM_ERR_NOMEM,
                             "sampler: out of memory for vocab %d", vocab);
@@ -210,6 +217,8 @@ void loom_sampler_free(loom_sampler *s)
     free(s->prompt_count);
     free(s->gen_count);
     free(s->hist);
+    free(s->touched);
+    free(s->listed);
     free(s->work);
     free(s);
 }
@@ -229,6 +238,25 @@ void loom_sampler_accept(loom_sampler *s, int32_t token, int generated)
         s->gen_count[token]++;
     else
         s->prompt_count[token]++;
+    if (s->n_touched >= 0 && !s->listed[token]) {
+        if (s->n_touched == s->cap_touched) {
+            int32_t cap = s->cap_touched ? s->cap_touched * 2 : 256;
+            int32_t *t =
+                (int32_t *)realloc(s->touched, sizeof(int32_t) * (size_t)cap);
+            if (t) {
+                s->touched = t;
+                s->cap_touched = cap;
+            }
+        }
+        /* out of memory: the sparse list misses it, loom__sampler_pen_list
+         * then reports it cannot list this stream */
+        if (s->n_touched < s->cap_touched) {
+            s->touched[s->n_touched++] = token;
+            s->listed[token] = 1;
+        } else {
+            s->n_touched = -1;
+        }
+    }
     if (s->p.penalty_last_n == 0)
         return;
     /* a window: remember the order so the oldest can leave it */
@@ -256,6 +284,36 @@ void loom_sampler_accept(loom_sampler *s, int32_t token, int generated)
             s->n_hist = keep;
         }
     }
+}
+
+const loom_sample_params *loom__sampler_params(const loom_sampler *s)
+{
+    return &s->p;
+}
+
+int32_t loom__sampler_pen_list(loom_sampler *s, loom_cuda_penalty *out,
+                               int32_t cap)
+{
+    if (!s->gen_count)
+        return 0;
+    if (s->n_touched < 0)
+        return -1;
+    /* tokens whose counts went back to zero leave the list here */
+    int32_t k = 0, n = 0;
+    for (int32_t i = 0; i < s->n_touched; i++) {
+        int32_t t = s->touched[i];
+        if (s->prompt_count[t] == 0 && s->gen_count[t] == 0) {
+            s->listed[t] = 0;
+            continue;
+        }
+        s->touched[k++] = t;
+        if (n < cap)
+            out[n] =
+                (loom_cuda_penalty){t, s->prompt_count[t], s->gen_count[t]};
+        n++;
+    }
+    s->n_touched = k;
+    return n <= cap ? n : -1;
 }
 
 static float max_finite(const float *logits, int32_t vocab)

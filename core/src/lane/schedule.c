@@ -183,7 +183,8 @@ static void LOOM_ABI draw_range(void *ctx, int64_t begin, int64_t end)
 {
     draw_job *jobs = (draw_job *)ctx;
     for (int64_t j = begin; j < end; j++)
-        loom__spec_draw(&jobs[j]);
+        if (jobs[j].n_emit == 0) /* else drawn on the device */
+            loom__spec_draw(&jobs[j]);
 }
 
 loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
@@ -267,7 +268,11 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
     loom_output outp;
     memset(&outp, 0, sizeof outp);
     outp.struct_size = sizeof outp;
-    outp.logits = loom_view_host_f32(lane->logits, n_logit_rows, lane->vocab);
+    /* on a device the logits stay there: forward is stream-ordered and the
+     * round's one synchronisation (loom__dev_round) ends it */
+    outp.logits =
+        lane->dev ? loom__dev_logits_view(lane, n_logit_rows)
+                  : loom_view_host_f32(lane->logits, n_logit_rows, lane->vocab);
     if (n_tap > 0)
         outp.taps =
             loom_view_host_f32(lane->spec.taps, n_tap, lane->spec.tap_width);
@@ -277,6 +282,14 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
     uint64_t t1 = loom_now_ns();
     if (rc != LOOM_OK) {
         loom_err_prefix(err, "forward of %d rows", nr);
+    } else if (lane->dev) {
+        rc = loom__dev_round(lane, nr, err);
+        if (rc != LOOM_OK)
+            loom_err_prefix(err, "drawing %d logits rows on the device",
+                            n_logit_rows);
+        t1 = loom_now_ns();
+    }
+    if (rc != LOOM_OK) {
         for (int32_t r = 0; r < nr; r++) {
             stream *s = lane->row_stream[r];
             if (s->state != ST_DONE)
@@ -311,6 +324,8 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
         } else {
             if (s->state == ST_PREFILL)
                 s->state = ST_DECODE;
+            /* n_emit 1: drawn on the device already */
+            int32_t done = lane->dev && loom__dev_drawn(lane, k);
             lane->jobs[nj++] = (draw_job){s,
                                           lg,
                                           lane->vocab,
@@ -318,7 +333,8 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
                                           1,
                                           s->n_draft > 0 ? s->draft : NULL,
                                           lane->draws + k,
-                                          0};
+                                          done,
+                                          k};
         }
         k++;
     }

@@ -1,8 +1,20 @@
 // Gated full attention with partial RoPE (spec 2.3-2.4) over a stream's
-// contiguous float32 K/V rows: the per-head preparation (zero-centred
+// float32 K/V rows in the model's paged pool (read through its page table): the per-head preparation (zero-centred
 // RMSNorm of q and k, NeoX RoPE on the first rot_dim dims, K/V written at the
 // row's position) and the attention itself with its sigmoid output gate.
 #include "common.cuh"
+
+// Position pos of K (which 0) or V (1) of attention layer `slot` in the
+// stream's pages.
+__device__ __forceinline__ float *q35_kv_at(const q35_gpu_stream &st, int slot,
+                                            int which, int pos, int kvw)
+{
+    const int32_t *pt = reinterpret_cast<const int32_t *>(st.ptab);
+    int64_t page = pt[pos / Q35_KV_PAGE];
+    int64_t blk = (page * st.n_attn + slot) * 2 + which;
+    return reinterpret_cast<float *>(st.kv) +
+           (blk * Q35_KV_PAGE + pos % Q35_KV_PAGE) * (int64_t)kvw;
+}
 
 // Block (head slot, row), 128 threads: slots [0, nh) are query heads (in
 // place in qg, per head [q | gate]), [nh, nh + nkv) key heads (k from kb, v
@@ -35,15 +47,12 @@ q35_attn_prep(float *qg, const float *kb, const float *vb, const float *q_norm,
         sm[i] = __fmul_rn(__fmul_rn(src[i], r), w[i]);
     __syncthreads();
     float *dst;
-    float *kv = reinterpret_cast<float *>(st.kv);
-    int64_t cap = st.kv_cap;
     if (is_q) {
         dst = src;
     } else {
         int kvh = hs - nh;
-        dst = kv + ((int64_t)(slot * 2) * cap + pos) * kvw + (int64_t)kvh * hd;
-        float *vd = kv + ((int64_t)(slot * 2 + 1) * cap + pos) * kvw +
-                    (int64_t)kvh * hd;
+        dst = q35_kv_at(st, slot, 0, pos, kvw) + (int64_t)kvh * hd;
+        float *vd = q35_kv_at(st, slot, 1, pos, kvw) + (int64_t)kvh * hd;
         const float *vs = vb + (int64_t)t * kvw + (int64_t)kvh * hd;
         for (int i = threadIdx.x; i < hd; i += blockDim.x)
             vd[i] = vs[i];
@@ -68,39 +77,51 @@ q35_attn_prep(float *qg, const float *kb, const float *vb, const float *q_norm,
 #define Q35_ATTN_WARPS 4
 #define Q35_ATTN_ND    8 // head_dim up to 256
 
-// Block (query head, row), 4 warps: warp w takes positions w, w+4, ... of
-// [0, pos] with a running max and sum (online softmax, float32, accurate
-// expf), lane l the dims l, l+32, ...; the warps then merge in warp order.
-// The order depends only on the row's position, never on the launch. Score
-// = (q . k) * hd^-0.5, the dot as a fixed butterfly over the lanes. Output
-// o = (sum_p e_p v_p) * (1 / sum_p e_p) * sigmoid(gate).
-extern "C" __global__ void q35_attention(const float *qg, float *o,
+// Positions per split of a row with n_ctx keys when a launch has `splits`
+// of them: at least Q35_ATTN_CHUNK, a multiple of it, and few enough that
+// the row fits the splits. It depends only on the row's position and the
+// model, never on what else the launch carries.
+__device__ __forceinline__ int q35_attn_chunk(int n_ctx, int splits)
+{
+    int per = (n_ctx + splits - 1) / splits;
+    return (per + Q35_ATTN_CHUNK - 1) / Q35_ATTN_CHUNK * Q35_ATTN_CHUNK;
+}
+
+// Attention split over keys (flash decoding). Block (split * nh + query
+// head, row), 4 warps: warp w takes positions w, w+4, ... of the split's range
+// with a running max and sum (online softmax, float32, accurate expf), lane
+// l the dims l, l+32, ...; the warps then merge in warp order into the
+// split's (max, sum, unnormalised output) in `part`. Score = (q . k) *
+// hd^-0.5, the dot as a fixed butterfly over the lanes.
+extern "C" __global__ void q35_attention(const float *qg, float *part,
                                          const q35_gpu_stream *streams,
                                          const q35_gpu_row *rows, int slot,
-                                         int nh, int nkv, int hd)
+                                         int nh, int nkv, int hd, int splits)
 {
     __shared__ float sq[Q35_ATTN_ND * 32];
     __shared__ float wm[Q35_ATTN_WARPS], wl[Q35_ATTN_WARPS];
     __shared__ float wacc[Q35_ATTN_WARPS][Q35_ATTN_ND * 32];
-    int h = blockIdx.x, t = blockIdx.y;
+    int h = blockIdx.x % nh, t = blockIdx.y, sp = blockIdx.x / nh;
+    int n_ctx = rows[t].pos + 1;
+    int chunk = q35_attn_chunk(n_ctx, splits);
+    int p0 = sp * chunk;
+    if (p0 >= n_ctx)
+        return; // a split this row does not use
+    int p1 = min(n_ctx, p0 + chunk);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const q35_gpu_stream st = streams[rows[t].stream];
-    int n_ctx = rows[t].pos + 1;
     int kvw = nkv * hd, kvh = h / (nh / nkv);
     const float *q = qg + (int64_t)t * 2 * nh * hd + (int64_t)h * 2 * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x)
         sq[i] = q[i];
     __syncthreads();
-    const float *kv = reinterpret_cast<const float *>(st.kv);
-    const float *K = kv + (int64_t)(slot * 2) * st.kv_cap * kvw + kvh * hd;
-    const float *V = kv + (int64_t)(slot * 2 + 1) * st.kv_cap * kvw + kvh * hd;
     float scale = 1.0f / sqrtf((float)hd);
     float m = -INFINITY, l = 0.0f, acc[Q35_ATTN_ND];
 #pragma unroll
     for (int k = 0; k < Q35_ATTN_ND; k++)
         acc[k] = 0.0f;
-    for (int p = warp; p < n_ctx; p += Q35_ATTN_WARPS) {
-        const float *kp = K + (int64_t)p * kvw;
+    for (int p = p0 + warp; p < p1; p += Q35_ATTN_WARPS) {
+        const float *kp = q35_kv_at(st, slot, 0, p, kvw) + kvh * hd;
         float d = 0.0f;
 #pragma unroll
         for (int k = 0; k < Q35_ATTN_ND; k++) {
@@ -119,7 +140,7 @@ extern "C" __global__ void q35_attention(const float *qg, float *o,
         }
         float e = expf(sc - m);
         l = __fadd_rn(l, e);
-        const float *vp = V + (int64_t)p * kvw;
+        const float *vp = q35_kv_at(st, slot, 1, p, kvw) + kvh * hd;
 #pragma unroll
         for (int k = 0; k < Q35_ATTN_ND; k++) {
             int i = lane + 32 * k;
@@ -146,13 +167,53 @@ extern "C" __global__ void q35_attention(const float *qg, float *o,
         f[w] = wl[w] > 0.0f ? expf(wm[w] - M) : 0.0f;
         L = fmaf(wl[w], f[w], L);
     }
-    float inv = 1.0f / L;
-    float *orow = o + (int64_t)t * nh * hd + (int64_t)h * hd;
-    const float *gate = q + hd;
+    float *out = part + (((int64_t)t * nh + h) * splits + sp) * (hd + 2);
+    if (threadIdx.x == 0) {
+        out[0] = M;
+        out[1] = L;
+    }
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         float s = 0.0f;
         for (int w = 0; w < Q35_ATTN_WARPS; w++)
             s = fmaf(wacc[w][i], f[w], s);
-        orow[i] = __fmul_rn(__fmul_rn(s, inv), q35_sigmoid(gate[i]));
+        out[2 + i] = s;
+    }
+}
+
+// Block (query head, row): merges the row's splits in split order, o =
+// (sum_s f_s acc_s) * (1 / sum_s f_s l_s) * sigmoid(gate), f_s =
+// exp(m_s - max m). One split gives back its own values unchanged.
+extern "C" __global__ void q35_attn_combine(const float *qg, const float *part,
+                                            float *o, const q35_gpu_row *rows,
+                                            int nh, int hd, int splits)
+{
+    __shared__ float fs[Q35_ATTN_SPLITS];
+    __shared__ float inv_l;
+    int h = blockIdx.x, t = blockIdx.y;
+    int n_ctx = rows[t].pos + 1;
+    int chunk = q35_attn_chunk(n_ctx, splits);
+    int n = (n_ctx + chunk - 1) / chunk;
+    const float *pp = part + ((int64_t)t * nh + h) * splits * (hd + 2);
+    if (threadIdx.x == 0) {
+        float M = pp[0];
+        for (int s = 1; s < n; s++)
+            M = fmaxf(M, pp[(int64_t)s * (hd + 2)]);
+        float L = 0.0f;
+        for (int s = 0; s < n; s++) {
+            const float *ps = pp + (int64_t)s * (hd + 2);
+            fs[s] = ps[1] > 0.0f ? expf(ps[0] - M) : 0.0f;
+            L = fmaf(ps[1], fs[s], L);
+        }
+        inv_l = 1.0f / L;
+    }
+    __syncthreads();
+    const float *gate =
+        qg + (int64_t)t * 2 * nh * hd + (int64_t)h * 2 * hd + hd;
+    float *orow = o + (int64_t)t * nh * hd + (int64_t)h * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < n; k++)
+            s = fmaf(pp[(int64_t)k * (hd + 2) + 2 + i], fs[k], s);
+        orow[i] = __fmul_rn(__fmul_rn(s, inv_l), q35_sigmoid(gate[i]));
     }
 }
