@@ -22,10 +22,11 @@ Runs where torch and transformers are installed (the GPU machine).
 import copy
 import json
 import os
-import struct
 import sys
 
 import torch
+
+from refs_common import greedy_reference, randomize, write_f32
 
 SPEC = {
     "name": "qwen35-ref2",
@@ -58,31 +59,6 @@ SPEC = {
 }
 
 
-def randomize(model, seed):
-    """Spread every parameter around its identity, then round it to BF16."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("A_log"):
-                p.copy_(torch.log(torch.empty(p.shape).uniform_(1.0, 8.0, generator=g)))
-            elif name.endswith("dt_bias"):
-                p.copy_(torch.empty(p.shape).uniform_(-1.0, 1.0, generator=g))
-            elif "norm" in name and p.dim() == 1:
-                ident = 0.0 if float(p.detach().abs().mean()) < 1e-6 else 1.0
-                p.copy_(ident + 0.2 * torch.randn(p.shape, generator=g))
-            elif p.dim() >= 2:
-                p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
-            else:
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))
-            p.copy_(p.to(torch.bfloat16).to(torch.float32))
-
-
-def write_f32(path, t):
-    t = t.detach().to(torch.float32).contiguous().cpu().flatten().tolist()
-    with open(path, "wb") as f:
-        f.write(struct.pack(f"<{len(t)}f", *t))
-
-
 def make_ref2(out_root):
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
@@ -98,21 +74,8 @@ def make_ref2(out_root):
     vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(SPEC["seed"] + 1)
     ids = torch.randint(0, vocab, (1, SPEC["prompt_len"]), generator=g)
-    with torch.no_grad():
-        full = model(input_ids=ids, output_hidden_states=True, use_cache=False)
-        logits, hidden = full.logits[0], full.hidden_states[-1][0]
-        gen, margins = [], []
-        o = model(input_ids=ids, use_cache=True)
-        past, nxt = o.past_key_values, o.logits[0, -1]
-        for _ in range(SPEC["gen"]):
-            top = torch.topk(nxt, 2)
-            tok = int(top.indices[0])
-            gen.append(tok)
-            margins.append(float(top.values[0] - top.values[1]))
-            o = model(input_ids=torch.tensor([[tok]]), past_key_values=past, use_cache=True)
-            past, nxt = o.past_key_values, o.logits[0, -1]
-        seq = torch.cat([ids, torch.tensor([gen])], dim=1)
-        nocache = model(input_ids=seq, use_cache=False).logits[0, ids.shape[1] - 1:-1].argmax(-1).tolist()
+    full, gen, margins, agrees = greedy_reference(model, ids, SPEC["gen"])
+    logits, hidden = full.logits[0], full.hidden_states[-1][0]
     write_f32(os.path.join(out, "logits.f32"), logits)
     write_f32(os.path.join(out, "hidden.f32"), hidden)
     golden = {
@@ -124,14 +87,14 @@ def make_ref2(out_root):
         "hidden": {"file": "hidden.f32", "shape": list(hidden.shape)},
         "greedy": gen,
         "greedy_top2_margin": margins,
-        "greedy_without_cache_agrees": nocache == gen,
+        "greedy_without_cache_agrees": agrees,
     }
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump(golden, f, indent=1)
     with open(os.path.join(out, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": 0, "eos_token_id": [1, 2]}, f, indent=1)
     print(SPEC["name"], "ok", list(logits.shape), "min margin %.4f" % min(margins),
-          "nocache agrees", nocache == gen)
+          "nocache agrees", agrees)
 
 
 def dump_layers(out_root, ckpt):

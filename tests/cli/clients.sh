@@ -14,44 +14,18 @@ if [ ! -d "$clients/node_modules/openai" ] || ! command -v node >/dev/null; then
   exit 77
 fi
 model=$fixtures/models/qwen35-tiny
-tmp=$(mktemp -d)
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+. "$here/cli/lib.sh"
+with_tmp
 
-# start_server [extra args...]: --port 0 picks a free port; the address is
-# printed once the model is loaded.
+# start_server [extra args...]: the server on $model, its requests logged.
 start_server() {
-  "$loom" serve "$model" --port 0 --request-log "$tmp/requests.jsonl" "$@" \
-    >"$tmp/out" 2>"$tmp/err" &
-  pid=$!
-  # up to 5 minutes: a sanitizer build on a loaded 2-core machine is slow
-  for _ in $(seq 1 3000); do
-    if grep -q 'listening on' "$tmp/out" 2>/dev/null; then break; fi
-    kill -0 "$pid" 2>/dev/null || { cat "$tmp/err"; echo "server died"; exit 1; }
-    sleep 0.1
-  done
-  url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$tmp/out")
-  [ -n "$url" ] || { cat "$tmp/err"; echo "no address printed"; exit 1; }
-  echo "server at $url"
-}
-
-stop_server() {
-  kill -TERM "$pid"
-  local rc=0
-  wait "$pid" || rc=$?
-  pid=
-  [ "$rc" = 0 ] || { cat "$tmp/err"; echo "server exited $rc on SIGTERM"; exit 1; }
-  echo "server stopped with exit status 0"
+  serve_start "$model" --request-log "$tmp/requests.jsonl" "$@"
 }
 
 start_server
 node "$clients/openai_client.mjs" "$url/v1"
 bash "$clients/curl_sse.sh" "$url/v1"
-stop_server
+serve_stop
 
 umask 077
 printf 'ci: sk-loom-test-key\n' >"$tmp/keys"
@@ -72,7 +46,7 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer sk-loom-
 code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer sk-loom-test-key' "$url/v1/models")
 [ "$code" = 401 ] || { echo "old key after SIGHUP: got $code"; exit 1; }
 echo "SIGHUP reloaded the keys"
-stop_server
+serve_stop
 
 # The chat API (issue 16): the tiny model as a hub id, with sampling
 # defaults and a template that shows what reaches it.
@@ -96,7 +70,7 @@ model_saved=$model
 model=loom/tiny
 HF_HUB_CACHE=$tmp/hub start_server --ctx 256
 node "$clients/openai_chat_api.mjs" "$url/v1" 256
-stop_server
+serve_stop
 model=$model_saved
 
 lines=$(wc -l <"$tmp/requests.jsonl")

@@ -8,12 +8,8 @@ loom=$1
 fixtures=$2
 build=$(dirname "$loom")
 q=$fixtures/models/qwen35-tiny
-fail=0
-pass=0
-check() { if eval "$2"; then echo "ok: $1"; pass=$((pass + 1)); else echo "FAIL: $1"; fail=$((fail + 1)); fi; }
-if [ ! -e "$build/plugins/libloom-qwen35.so" ]; then
-  echo "qwen35 plugin not built: skipped"; exit 77
-fi
+. "$(dirname "$0")/lib.sh"
+need_plugin qwen35
 export CUDA_VISIBLE_DEVICES=-1 LC_ALL=C
 
 flat=$(tr -d ' \n' < "$q/golden.json")
@@ -50,5 +46,4 @@ check "--gpu-memory 0.5 is accepted (and the CPU path runs)" '[ "$out" = "$want"
 out=$("$loom" run "$q" --ids "$prompt" -n "$n" --temperature 0 --print-ids --gpu-memory 8G --threads 1 2>/dev/null)
 check "--gpu-memory 8G is accepted" '[ "$out" = "$want" ]'
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -5,11 +5,7 @@ set -u
 loom=$1
 fixtures=$2
 build=$(dirname "$loom")
-fail=0
-pass=0
-check() { # name, condition (a command)
-  if eval "$2"; then echo "ok: $1"; pass=$((pass + 1)); else echo "FAIL: $1"; fail=$((fail + 1)); fi
-}
+. "$(dirname "$0")/lib.sh"
 
 out=$("$loom" plugins --json 2>/dev/null)
 check "plugins --json lists qwen35" 'echo "$out" | grep -q "\"name\": \"qwen35\""'
@@ -38,5 +34,4 @@ for cmd in plugins inspect; do
   check "$cmd --help" '[ $r -eq 0 ]'
 done
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

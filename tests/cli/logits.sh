@@ -6,16 +6,9 @@ set -u
 loom=$1
 fixtures=$2
 build=$(dirname "$loom")
-fail=0
-pass=0
-check() { # name, condition (a command)
-  if eval "$2"; then echo "ok: $1"; pass=$((pass + 1)); else echo "FAIL: $1"; fail=$((fail + 1)); fi
-}
-if [ ! -e "$build/plugins/libloom-qwen35.so" ]; then
-  echo "qwen35 plugin not built: skipped"; exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+need_plugin qwen35
+with_tmp
 
 for m in qwen35-tiny qwen35-ref2; do
   q=$fixtures/models/$m
@@ -64,5 +57,4 @@ check "id outside the vocabulary: exit 1 naming it" '[ $rc -eq 1 ] && grep -q "t
 "$loom" logits "$q" --ids 1,2 --out "$tmp/no/such/dir/x.f32" 2>"$tmp/err"; rc=$?
 check "unwritable output: exit 1 naming it" '[ $rc -eq 1 ] && grep -q "cannot write" "$tmp/err"'
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -9,17 +9,10 @@ fixtures=$2
 build=$(dirname "$loom")
 q=$fixtures/models/qwen35-tiny
 qwen3=$fixtures/tokenizers/qwen3
-fail=0
-pass=0
-check() { # name, condition (a command)
-  if eval "$2"; then echo "ok: $1"; pass=$((pass + 1)); else echo "FAIL: $1"; fail=$((fail + 1)); fi
-}
-if [ ! -e "$build/plugins/libloom-qwen35.so" ]; then
-  echo "qwen35 plugin not built: skipped"; exit 77
-fi
+. "$(dirname "$0")/lib.sh"
+need_plugin qwen35
 export LC_ALL=C
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+with_tmp
 
 base=$("$loom" run "$q" --ids 1,2,3 -n 5 --temperature 0 --print-ids --threads 1 2>/dev/null)
 check "baseline run prints 5 ids" '[ $(echo "$base" | tr "," "\n" | wc -l) -eq 5 ]'
@@ -100,5 +93,4 @@ check "detokenize refuses broken lists" '[ $rc -eq 2 ] && [ $rc2 -eq 2 ]'
 got=$(printf 'Hello' | "$loom" tokenize "$qwen3" -)
 check "tokenize - reads stdin" '[ "$got" = "[9707]" ]'
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

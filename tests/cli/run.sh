@@ -8,14 +8,8 @@ fixtures=$2
 build=$(dirname "$loom")
 q=$fixtures/models/qwen35-tiny
 toy=$fixtures/models/toy
-fail=0
-pass=0
-check() { # name, condition (a command)
-  if eval "$2"; then echo "ok: $1"; pass=$((pass + 1)); else echo "FAIL: $1"; fail=$((fail + 1)); fi
-}
-if [ ! -e "$build/plugins/libloom-qwen35.so" ]; then
-  echo "qwen35 plugin not built: skipped"; exit 77
-fi
+. "$(dirname "$0")/lib.sh"
+need_plugin qwen35
 export LC_ALL=C
 
 # the golden prompt and greedy ids, as "a,b,c" and "[a, b, c]"
@@ -83,5 +77,4 @@ for cmd in run bench; do
   check "$cmd --help" '[ $r -eq 0 ]'
 done
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

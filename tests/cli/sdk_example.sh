@@ -7,9 +7,7 @@ loom=$1
 build=$(dirname "$loom")
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
-pass=0
-fail=0
-check() { if eval "$2"; then echo "ok: $1"; pass=$((pass + 1)); else echo "FAIL: $1"; fail=$((fail + 1)); fi; }
+. "$(dirname "$0")/lib.sh"
 
 cmake --install "$build" --prefix "$work/prefix" >"$work/install.log" 2>&1
 check "loom installs into a prefix" '[ -f "$work/prefix/include/loom/plugin.h" ]'
@@ -29,5 +27,4 @@ out=$("$loom" inspect "$work/model" --plugin-path "$work/hello/plugins" 2>/dev/n
 check "the example claims its config and reports its geometry" 'echo "$out" | grep -q "hidden_size *96"'
 
 [ $fail -eq 0 ] && rm -rf "$work" || echo "logs kept in $work"
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

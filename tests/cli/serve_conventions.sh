@@ -10,14 +10,8 @@ loom=$1
 fixtures=$2
 build=$(dirname "$loom")
 model=$fixtures/models/qwen35-tiny
-fail=0
-pass=0
-check() { # name, condition (a command)
-  if eval "$2"; then echo "ok: $1"; pass=$((pass + 1)); else echo "FAIL: $1"; fail=$((fail + 1)); fi
-}
-if [ ! -e "$build/plugins/libloom-qwen35.so" ]; then
-  echo "qwen35 plugin not built: skipped"; exit 77
-fi
+. "$(dirname "$0")/lib.sh"
+need_plugin qwen35
 command -v curl >/dev/null || { echo "no curl: skipped"; exit 77; }
 export LC_ALL=C
 tmp=$(mktemp -d)
@@ -188,5 +182,4 @@ else
   echo "no openssl: TLS not tested"
 fi
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -5,11 +5,7 @@
 set -u
 loom=$1
 fixtures=$2
-fail=0
-pass=0
-check() { # name, condition (a command)
-  if eval "$2"; then echo "ok: $1"; pass=$((pass + 1)); else echo "FAIL: $1"; fail=$((fail + 1)); fi
-}
+. "$(dirname "$0")/lib.sh"
 
 out=$("$loom" inspect "$fixtures/models/qwen35-tiny" --tensors 2>&1); rc=$?
 check "inspect --tensors succeeds" '[ $rc -eq 0 ]'
@@ -32,5 +28,4 @@ err=$("$loom" inspect "$tmp" --tensors 2>&1 >/dev/null); rc=$?
 check "broken safetensors fails, naming the file" '[ $rc -ne 0 ] && echo "$err" | grep -q "$tmp/model.safetensors"'
 rm -rf "$tmp"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

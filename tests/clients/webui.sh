@@ -18,36 +18,12 @@ if ! command -v node >/dev/null || [ ! -x "$chromium" ] ||
 fi
 model=$root/models/kjv-qwen35
 mkdir -p "$artifacts"
-tmp=$(mktemp -d)
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+. "$root/tests/cli/lib.sh"
+with_tmp
 
-# start_server [extra args...]: --port 0 picks a free port; the address is
-# printed once the model is loaded.
+# start_server [extra args...]: the server on $model.
 start_server() {
-  "$loom" serve "$model" --port 0 "$@" >"$tmp/out" 2>"$tmp/err" &
-  pid=$!
-  # up to 5 minutes: a sanitizer build on a loaded 2-core machine is slow
-  for _ in $(seq 1 3000); do
-    if grep -q 'listening on' "$tmp/out" 2>/dev/null; then break; fi
-    kill -0 "$pid" 2>/dev/null || { cat "$tmp/err"; echo "server died"; exit 1; }
-    sleep 0.1
-  done
-  url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$tmp/out")
-  [ -n "$url" ] || { cat "$tmp/err"; echo "no address printed"; exit 1; }
-  echo "server at $url"
-}
-
-stop_server() {
-  kill -TERM "$pid"
-  local rc=0
-  wait "$pid" || rc=$?
-  pid=
-  [ "$rc" = 0 ] || { cat "$tmp/err"; echo "server exited $rc on SIGTERM"; exit 1; }
+  serve_start "$model" "$@"
 }
 
 fail() {
@@ -77,14 +53,14 @@ grep -qi '^content-type: text/javascript' "$tmp/h" || fail "webui.js content typ
 [ "$(code GET /embed.cmake)" = 404 ] || fail "the embed script is served"
 echo "ok   the page's files are served whole with their headers"
 node "$here/webui_browser.mjs" open "$url" "$artifacts"
-stop_server
+serve_stop
 
 start_server --no-webui
 [ "$(code GET /)" = 404 ] || fail "--no-webui still serves /"
 [ "$(code GET /webui.js)" = 404 ] || fail "--no-webui still serves webui.js"
 [ "$(code GET /v1/models)" = 200 ] || fail "--no-webui: the API is gone"
 echo "ok   --no-webui: no page, the API stays"
-stop_server
+serve_stop
 
 umask 077
 printf 'ci: sk-loom-webui-key\n' >"$tmp/keys"
@@ -92,6 +68,6 @@ start_server --api-key-file "$tmp/keys"
 [ "$(code GET /)" = 200 ] || fail "a keyed server does not serve the page without a key"
 [ "$(code GET /v1/models)" = 401 ] || fail "a keyed server answers /v1 without a key"
 node "$here/webui_browser.mjs" keyed "$url" sk-loom-webui-key "$artifacts"
-stop_server
+serve_stop
 echo "screenshots in $artifacts"
 echo "chat page checks passed"

@@ -1047,34 +1047,52 @@ START_TEST(eos_max_tokens_and_context_end_streams)
 }
 END_TEST
 
-START_TEST(generation_config_eos_ids_stop_streams_too)
+static const int32_t eos_prompt[4] = {2, 7, 1, 8};
+
+/* The toy's greedy run of 12 tokens from eos_prompt into g; the index where
+ * g[5], the token made an eos id, first stands. */
+static int greedy_sixth(int32_t *g)
 {
-    /* the greedy run's 6th token, made an eos id by generation_config */
     loom_engine *e = open_toy(0);
-    static const int32_t prompt[4] = {2, 7, 1, 8};
     loom_sample_params sp;
     loom_sample_params_default(&sp);
     sp.temperature = 0;
-    int32_t g[MAXTOK];
-    ck_assert_int_eq(reference(e, prompt, 4, &sp, 12, 4096, g), 12);
+    ck_assert_int_eq(reference(e, eos_prompt, 4, &sp, 12, 4096, g), 12);
     loom_engine_close(e);
     int first = 5;
     for (int i = 0; i < 5; i++)
         if (g[i] == g[5])
             first = i;
-    char gen[128];
-    snprintf(gen, sizeof gen, "{\"eos_token_id\": [63, %d]}", g[5]);
-    e = open_toy_gen("\"model_type\": \"toy\"", gen);
+    return first;
+}
+
+/* A greedy stream on E stops, as for an eos id, at token TOK (index FIRST);
+ * closes E. */
+static void expect_stop_at(loom_engine *e, int first, int32_t tok)
+{
+    loom_sample_params sp;
+    loom_sample_params_default(&sp);
+    sp.temperature = 0;
     loom_lane *lane = new_lane(e, 4, 16, 0);
     collector c = {0};
-    add_stream(lane, prompt, 4, &sp, 12, &c);
+    add_stream(lane, eos_prompt, 4, &sp, 12, &c);
     run_idle(lane);
     assert_well_formed(&c);
     ck_assert_int_eq(c.finish, LOOM_FINISH_STOP);
     ck_assert_int_eq(c.n, first + 1);
-    ck_assert_int_eq(c.final_token, g[5]);
+    ck_assert_int_eq(c.final_token, tok);
     loom_lane_free(lane);
     loom_engine_close(e);
+}
+
+START_TEST(generation_config_eos_ids_stop_streams_too)
+{
+    /* the greedy run's 6th token, made an eos id by generation_config */
+    int32_t g[MAXTOK];
+    int first = greedy_sixth(g);
+    char gen[128];
+    snprintf(gen, sizeof gen, "{\"eos_token_id\": [63, %d]}", g[5]);
+    expect_stop_at(open_toy_gen("\"model_type\": \"toy\"", gen), first, g[5]);
 }
 END_TEST
 
@@ -1082,36 +1100,17 @@ START_TEST(generation_config_eos_is_merged_once_by_the_family)
 {
     /* the greedy run's 6th token, named twice by generation_config beside
      * config.json's 63 and two ids outside the vocabulary of 64 */
-    loom_engine *e = open_toy(0);
-    static const int32_t prompt[4] = {2, 7, 1, 8};
-    loom_sample_params sp;
-    loom_sample_params_default(&sp);
-    sp.temperature = 0;
     int32_t g[MAXTOK];
-    ck_assert_int_eq(reference(e, prompt, 4, &sp, 12, 4096, g), 12);
-    loom_engine_close(e);
+    int first = greedy_sixth(g);
     ck_assert_int_ne(g[5], 63);
-    int first = 5;
-    for (int i = 0; i < 5; i++)
-        if (g[i] == g[5])
-            first = i;
     char gen[160];
     snprintf(gen, sizeof gen, "{\"eos_token_id\": [63, %d, 64, %d, -1]}", g[5],
              g[5]);
-    e = open_toy_gen("\"model_type\": \"toy\"", gen);
+    loom_engine *e = open_toy_gen("\"model_type\": \"toy\"", gen);
     ck_assert_int_eq(e->info.n_eos, 2);
     ck_assert_int_eq(e->info.eos[0], 63);
     ck_assert_int_eq(e->info.eos[1], g[5]);
-    loom_lane *lane = new_lane(e, 4, 16, 0);
-    collector c = {0};
-    add_stream(lane, prompt, 4, &sp, 12, &c);
-    run_idle(lane);
-    assert_well_formed(&c);
-    ck_assert_int_eq(c.finish, LOOM_FINISH_STOP);
-    ck_assert_int_eq(c.n, first + 1);
-    ck_assert_int_eq(c.final_token, g[5]);
-    loom_lane_free(lane);
-    loom_engine_close(e);
+    expect_stop_at(e, first, g[5]);
 }
 END_TEST
 

@@ -17,6 +17,7 @@
 #include <loom/engine.h>
 #include <loom/safetensors.h>
 
+#include "st_write.h"
 #include "testmodel.h"
 #include "testutil.h"
 
@@ -79,79 +80,6 @@ static void check_reference(const char *model, const char *dir)
     free(lg);
     free(g.logits);
     loom_engine_close(e);
-}
-
-/* ---------------------------------------------------------------- writer */
-
-typedef struct st_entry {
-    char name[160];
-    char dtype[8];
-    int ndim;
-    int64_t shape[4];
-    const void *data;
-    uint64_t nbytes;
-} st_entry;
-
-/* Writes a safetensors file: 8-byte header length, JSON header, data. */
-static void st_write(const char *path, const st_entry *t, int n)
-{
-    json_t *h = json_object();
-    uint64_t off = 0;
-    for (int i = 0; i < n; i++) {
-        json_t *shape = json_array();
-        for (int d = 0; d < t[i].ndim; d++)
-            json_array_append_new(shape, json_integer(t[i].shape[d]));
-        json_object_set_new(h, t[i].name,
-                            json_pack("{s:s, s:o, s:[I, I]}", "dtype",
-                                      t[i].dtype, "shape", shape,
-                                      "data_offsets", (json_int_t)off,
-                                      (json_int_t)(off + t[i].nbytes)));
-        off += t[i].nbytes;
-    }
-    char *hs = json_dumps(h, JSON_COMPACT);
-    size_t hl = strlen(hs), padded = (hl + 7) / 8 * 8;
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    uint64_t len = padded;
-    fwrite(&len, 8, 1, f);
-    fwrite(hs, 1, hl, f);
-    for (size_t i = hl; i < padded; i++)
-        fputc(' ', f);
-    for (int i = 0; i < n; i++)
-        ck_assert_uint_eq(fwrite(t[i].data, 1, t[i].nbytes, f), t[i].nbytes);
-    fclose(f);
-    free(hs);
-    json_decref(h);
-}
-
-/* The tensors of a fixture, in file order; *st must stay open while used. */
-static int st_read(const char *model, loom_st **st, st_entry *out, int max)
-{
-    loom_err err;
-    ck_assert_int_eq(loom_st_open_dir(fixture(model), st, &err), LOOM_OK);
-    int n = (int)loom_st_count(*st);
-    ck_assert_int_le(n, max);
-    for (int i = 0; i < n; i++) {
-        const loom_tensor *t = loom_st_at(*st, (size_t)i);
-        memset(&out[i], 0, sizeof out[i]);
-        snprintf(out[i].name, sizeof out[i].name, "%s", t->name);
-        snprintf(out[i].dtype, sizeof out[i].dtype, "%s",
-                 loom_dtype_name(t->dtype));
-        out[i].ndim = t->ndim;
-        for (int d = 0; d < t->ndim; d++)
-            out[i].shape[d] = t->shape[d];
-        out[i].data = t->data;
-        out[i].nbytes = t->nbytes;
-    }
-    return n;
-}
-
-static int st_index(const st_entry *t, int n, const char *name)
-{
-    for (int i = 0; i < n; i++)
-        if (!strcmp(t[i].name, name))
-            return i;
-    return -1;
 }
 
 #define MAX_TENSORS 256

@@ -1156,6 +1156,17 @@ static char *last_line_with(const char *path, const char *want)
     return line;
 }
 
+/* A loaded server logging its requests to a fresh LOG (N bytes for its
+ * name). */
+static loom_server *start_logged(char *log, size_t n)
+{
+    snprintf(log, n, "%s/requests.jsonl", temp_dir());
+    loom_server_params p;
+    memset(&p, 0, sizeof p);
+    p.request_log = log;
+    return start(&p, 1);
+}
+
 /* The last line of a file, malloc'd. */
 static char *last_line(const char *path)
 {
@@ -1174,11 +1185,7 @@ static char *last_line(const char *path)
 START_TEST(test_disconnect_cancels_stream)
 {
     char log[600];
-    snprintf(log, sizeof log, "%s/requests.jsonl", temp_dir());
-    loom_server_params p;
-    memset(&p, 0, sizeof p);
-    p.request_log = log;
-    loom_server *srv = start(&p, 1);
+    loom_server *srv = start_logged(log, sizeof log);
     int port = loom_server_port(srv);
     /* a completion stream, a chat stream, and a plain (not streamed)
      * completion whose client leaves while it generates */
@@ -1394,11 +1401,7 @@ static int check_log_lines(const char *path, const char *must)
 START_TEST(test_request_log_whole_lines)
 {
     char log[600];
-    snprintf(log, sizeof log, "%s/requests.jsonl", temp_dir());
-    loom_server_params p;
-    memset(&p, 0, sizeof p);
-    p.request_log = log;
-    loom_server *srv = start(&p, 1);
+    loom_server *srv = start_logged(log, sizeof log);
     int port = loom_server_port(srv);
     enum { T = 8, N = 200 };
     log_arg a[T];

@@ -12,6 +12,7 @@
 #include <loom/weights.h>
 #include <loom/safetensors.h>
 
+#include "st_write.h"
 #include "testutil.h"
 
 /* ---------------------------------------------------------------- writer */
@@ -28,37 +29,21 @@ typedef struct tw {
 /* dir/model.safetensors holding `t` back to back, in order. */
 static void write_model(const char *dir, const tw *t, int n)
 {
-    json_t *h = json_object();
-    size_t off = 0;
+    st_entry e[64];
+    ck_assert_int_le(n, 64);
     for (int i = 0; i < n; i++) {
-        json_t *shape = json_array();
+        memset(&e[i], 0, sizeof e[i]);
+        snprintf(e[i].name, sizeof e[i].name, "%s", t[i].name);
+        snprintf(e[i].dtype, sizeof e[i].dtype, "%s", t[i].dtype);
+        e[i].ndim = t[i].nd;
         for (int d = 0; d < t[i].nd; d++)
-            json_array_append_new(shape, json_integer(t[i].shape[d]));
-        json_object_set_new(h, t[i].name,
-                            json_pack("{s:s, s:o, s:[I, I]}", "dtype",
-                                      t[i].dtype, "shape", shape,
-                                      "data_offsets", (json_int_t)off,
-                                      (json_int_t)(off + t[i].n)));
-        off += t[i].n;
+            e[i].shape[d] = t[i].shape[d];
+        e[i].data = t[i].data;
+        e[i].nbytes = t[i].n;
     }
-    char *hdr = json_dumps(h, JSON_COMPACT);
-    json_decref(h);
-    ck_assert_ptr_nonnull(hdr);
     char path[1024];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    uint64_t hl = strlen(hdr);
-    unsigned char l8[8];
-    for (int i = 0; i < 8; i++)
-        l8[i] = (unsigned char)(hl >> (8 * i));
-    ck_assert_uint_eq(fwrite(l8, 1, 8, f), 8);
-    ck_assert_uint_eq(fwrite(hdr, 1, hl, f), hl);
-    for (int i = 0; i < n; i++)
-        if (t[i].n)
-            ck_assert_uint_eq(fwrite(t[i].data, 1, t[i].n, f), t[i].n);
-    ck_assert_int_eq(fclose(f), 0);
-    free(hdr);
+    st_write(path, e, n);
 }
 
 static loom_checkpoint *open_ckpt(const char *dir)
