@@ -46,6 +46,12 @@ int loom_cli_model_opt(loom_cli_model_opts *o, int argc, char **argv, int *i)
         o->plugin_dirs[o->n_plugin_dirs++] = argv[++*i];
         return 1;
     }
+    if (!strcmp(a, "--drafter")) {
+        if (!need_value(argc, argv, *i))
+            return -1;
+        o->drafter = argv[++*i];
+        return 1;
+    }
     if (!strcmp(a, "--family")) {
         if (!need_value(argc, argv, *i))
             return -1;
@@ -120,7 +126,8 @@ void loom_cli_model_opts_help(FILE *out)
             "fraction (default 0.9)\n"
             "  --threads N         CPU threads (default: one per core)\n"
             "  --ctx N             context limit in tokens (default: the "
-            "model's)\n");
+            "model's)\n"
+            "  --drafter DIR       speculate with this drafter checkpoint\n");
 }
 
 void loom_cli_engine_params(const loom_cli_model_opts *o, const char *model,
@@ -135,6 +142,28 @@ void loom_cli_engine_params(const loom_cli_model_opts *o, const char *model,
     p->gpu_memory = o->gpu_memory;
     p->n_threads = o->n_threads;
     p->max_context = o->ctx;
+    p->drafter = o->drafter;
+}
+
+void loom_cli_print_acceptance(FILE *out, const char *who,
+                               const loom_lane_stats *st)
+{
+    if (st->spec_windows == 0) {
+        fprintf(out, "%s: speculation: no verify windows\n", who);
+        return;
+    }
+    double mean = (double)(st->spec_accepted + st->spec_windows) /
+                  (double)st->spec_windows;
+    fprintf(out,
+            "%s: speculation: %llu windows, %llu of %llu drafts accepted, "
+            "mean acceptance length %.2f; histogram",
+            who, (unsigned long long)st->spec_windows,
+            (unsigned long long)st->spec_accepted,
+            (unsigned long long)st->spec_drafted, mean);
+    for (int k = 1; k <= LOOM_MAX_WINDOW; k++)
+        if (st->spec_hist[k])
+            fprintf(out, " %d:%llu", k, (unsigned long long)st->spec_hist[k]);
+    fprintf(out, "\n");
 }
 
 int loom_cli_device(int device, char *buf, size_t size, void **json)

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include <loom/engine.h>
+#include <loom/lane.h>
 
 #define LOOM_CLI_MAX_PLUGIN_DIRS 16
 
@@ -17,7 +18,8 @@ typedef struct loom_cli_model_opts {
     int device;
     int n_threads;
     int64_t ctx;
-    double gpu_memory; /* --gpu-memory; 0: the default */
+    double gpu_memory;   /* --gpu-memory; 0: the default */
+    const char *drafter; /* --drafter DIR or NAME[:OPTIONS] */
 } loom_cli_model_opts;
 
 /* Consumes argv[*i] (and its value) when it is one of --plugin-path DIR,
@@ -35,6 +37,9 @@ void loom_cli_engine_params(const loom_cli_model_opts *o, const char *model,
  * a GPU. `device` is the --device option (loom_device_kind). With json,
  * *json gets {"kind", "name", "cc", "memory_bytes"} or {"kind", "why"}. */
 int loom_cli_device(int device, char *buf, size_t size, void **json);
+/* Prints a lane's acceptance lengths (mean and histogram), one line. */
+void loom_cli_print_acceptance(FILE *out, const char *who,
+                               const loom_lane_stats *st);
 /* Parses "1,2,3" into a malloc'd array. Returns 0 on success. */
 int loom_cli_parse_ids(const char *s, int32_t **ids, int32_t *n);
 

@@ -32,7 +32,9 @@ static void help(FILE *out)
             "  --streams LIST      stream counts (default 1,8,32)\n"
             "  --prompt N          prompt tokens per stream (default 512)\n"
             "  --gen N             tokens generated per stream (default 128)\n"
-            "  --seed S            prompt ids seed (default 1)\n");
+            "  --seed S            prompt ids seed (default 1)\n"
+            "With --drafter each stream count runs plain, then speculative, "
+            "and a second\nline per run compares them.\n");
     loom_cli_model_opts_help(out);
 }
 
@@ -94,9 +96,12 @@ static int parse_count(const char *opt, const char *s, int64_t lo, int64_t hi,
     return 0;
 }
 
-/* One stream count: returns 0, or 1 on failure (message printed). */
+/* One stream count: returns 0, or 1 on failure (message printed). With a
+ * drafter, `spec` says whether the streams speculate; *decode_out gets the
+ * decode rate, and a speculative line compares it with `plain_decode`. */
 static int bench_one(loom_engine *e, int32_t S, int32_t n_prompt, int32_t n_gen,
-                     uint64_t seed, uint64_t wbytes)
+                     uint64_t seed, uint64_t wbytes, int spec,
+                     double plain_decode, double *decode_out)
 {
     loom_err err = {{0}};
     loom_lane_params lp;
@@ -135,6 +140,7 @@ static int bench_one(loom_engine *e, int32_t S, int32_t n_prompt, int32_t n_gen,
         sp.sample.temperature = 0;
         sp.max_tokens = n_gen;
         sp.ignore_eos = 1;
+        sp.no_speculation = !spec;
         sp.cb = on_event;
         sp.user = &b;
         if (loom_lane_add(lane, &sp, NULL, &err) != LOOM_OK) {
@@ -175,6 +181,29 @@ static int bench_one(loom_engine *e, int32_t S, int32_t n_prompt, int32_t n_gen,
            (unsigned long long)wbytes, (double)wbytes * rounds_s * 1e-9,
            e->info.device == LOOM_DEVICE_CUDA ? "cuda" : "cpu",
            loom_pool_size(e->pool));
+    *decode_out = decode;
+    if (e->drafter) {
+        /* the same line, told apart: plain, or speculative with its
+         * acceptance and its speed over the plain run before it */
+        printf("{\"speculative\": %s, \"streams\": %d, \"decode_tok_s\": "
+               "%.2f",
+               spec ? "true" : "false", S, decode);
+        if (spec) {
+            double mean = ls.spec_windows
+                              ? (double)(ls.spec_accepted + ls.spec_windows) /
+                                    (double)ls.spec_windows
+                              : 0;
+            printf(", \"windows\": %llu, \"mean_acceptance\": %.3f, "
+                   "\"speedup\": %.3f, \"acceptance_hist\": [",
+                   (unsigned long long)ls.spec_windows, mean,
+                   plain_decode > 0 ? decode / plain_decode : 0);
+            for (int k = 1; k <= LOOM_MAX_WINDOW; k++)
+                printf("%s%llu", k > 1 ? ", " : "",
+                       (unsigned long long)ls.spec_hist[k]);
+            printf("]");
+        }
+        printf("}\n");
+    }
     fflush(stdout);
     return 0;
 }
@@ -268,9 +297,16 @@ int loom_cmd_bench(int argc, char **argv)
     }
     uint64_t wbytes = weight_bytes(e);
     int rc = 0;
-    for (int32_t i = 0; i < n_streams && rc == 0; i++)
+    for (int32_t i = 0; i < n_streams && rc == 0; i++) {
+        /* with a drafter: plain decoding first, then speculation */
+        double plain = 0, spec = 0;
         rc = bench_one(e, streams[i], (int32_t)n_prompt, (int32_t)n_gen,
-                       (uint64_t)seed + (uint64_t)i, wbytes);
+                       (uint64_t)seed + (uint64_t)i, wbytes, 0, 0, &plain);
+        if (rc == 0 && e->drafter)
+            rc = bench_one(e, streams[i], (int32_t)n_prompt, (int32_t)n_gen,
+                           (uint64_t)seed + (uint64_t)i, wbytes, 1, plain,
+                           &spec);
+    }
     loom_engine_close(e);
     free(streams);
     return rc;

@@ -412,6 +412,11 @@ int loom_cmd_run(int argc, char **argv)
                 ev->n_prompt, ttft > 0 ? ev->n_prompt / ttft : 0.0, ng,
                 ng > 1 && dec > 0 ? (ng - 1) / dec : 0.0, ttft * 1e3,
                 loom_finish_name(ev->finish), (unsigned long long)ev->seed);
+        if (e->drafter) {
+            loom_lane_stats ls;
+            loom_lane_get_stats(lane, &ls);
+            loom_cli_print_acceptance(stderr, "loom run", &ls);
+        }
     }
 done:
     loom_lane_free(lane);

@@ -44,9 +44,7 @@ static void help(FILE *out)
             "8388608)\n"
             "  --name NAME         model name in /v1/models (default: the "
             "directory's)\n"
-            "  --no-webui          no chat page at / (the API stays)\n"
-            "  --drafter DIR       a drafter checkpoint for speculative "
-            "decoding\n",
+            "  --no-webui          no chat page at / (the API stays)\n",
             SERVE_DRAIN_MS / 1000);
     loom_cli_model_opts_help(out);
 }
@@ -74,7 +72,7 @@ int loom_cmd_serve(int argc, char **argv)
     loom_server_params sp;
     memset(&sp, 0, sizeof sp);
     sp.port = 8888;
-    const char *model = NULL, *drafter = NULL;
+    const char *model = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -110,8 +108,6 @@ int loom_cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--no-webui")) {
             sp.no_webui = 1;
             continue; /* a flag, no value */
-        } else if (!strcmp(a, "--drafter") && v) {
-            drafter = v;
         } else {
             int r = loom_cli_model_opt(&o, argc, argv, &i);
             if (r < 0)
@@ -130,15 +126,6 @@ int loom_cmd_serve(int argc, char **argv)
     }
     if (!model) {
         help(stderr);
-        return 2;
-    }
-    if (drafter) {
-        /* The lane has no drafter hook yet; refusing beats silently serving
-         * without the speculation the user asked for. */
-        fprintf(stderr,
-                "loom serve: --drafter %s: speculative decoding is "
-                "not available in the server yet\n",
-                drafter);
         return 2;
     }
     sp.max_context = o.ctx;

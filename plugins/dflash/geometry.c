@@ -3,7 +3,9 @@
  * rope_parameters or rope_theta). */
 #include "dflash.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include <loom/config.h>
 
@@ -34,9 +36,67 @@ static loom_status need_int(loom_cfg *c, const loom_json *const *objs,
     return loom_cfg_int(c, key, 1, 0, min, INT64_MAX, out);
 }
 
+/* z-lab's build_target_layer_ids: the middle layer for one draft layer,
+ * else n ids spread evenly over [1, L-3], rounded half to even as Python's
+ * round() does. */
+static void dflash_default_taps(int32_t n_target, int32_t n_draft,
+                                dflash_geometry *g)
+{
+    g->n_taps = n_draft < DFLASH_MAX_TAPS ? n_draft : DFLASH_MAX_TAPS;
+    if (n_draft == 1) {
+        g->taps[0] = n_target / 2;
+        return;
+    }
+    double span = (double)n_target - 4.0;
+    for (int32_t i = 0; i < g->n_taps; i++)
+        g->taps[i] = (int32_t)nearbyint(1.0 + i * span / (n_draft - 1));
+}
+
+/* Per-layer attention from layer_types, sliding_window and is_causal:
+ * full layers are non-causal, sliding ones causal within the window, unless
+ * is_causal says otherwise for all. */
+static loom_status layer_kinds(const loom_host *h, const loom_json *cfg,
+                               const char *path, dflash_geometry *g,
+                               loom_err *err)
+{
+    const loom_json *types = h->json_get(cfg, "layer_types");
+    const loom_json *sw = h->json_get(cfg, "sliding_window");
+    const loom_json *ic = h->json_get(cfg, "is_causal");
+    if (h->json_type(types) == LOOM_JSON_ARRAY &&
+        h->json_len(types) != (size_t)g->n_layers)
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "%s/config.json: layer_types has %zu entries for "
+                            "%d layers",
+                            path, h->json_len(types), g->n_layers);
+    for (int32_t l = 0; l < g->n_layers; l++) {
+        const char *t = h->json_str(h->json_at(types, (size_t)l));
+        int sliding = 0;
+        if (t && strcmp(t, "sliding_attention") == 0)
+            sliding = 1;
+        else if (t && strcmp(t, "full_attention") != 0)
+            return loom_err_set(err, LOOM_ERR_FORMAT,
+                                "%s/config.json: layer_types[%d] is \"%s\", "
+                                "not full_attention or sliding_attention",
+                                path, l, t);
+        if (sliding &&
+            (h->json_type(sw) != LOOM_JSON_INT || h->json_int(sw) <= 0))
+            return loom_err_set(err, LOOM_ERR_FORMAT,
+                                "%s/config.json: layer %d is "
+                                "sliding_attention but sliding_window is not "
+                                "a positive integer",
+                                path, l);
+        g->window[l] = sliding ? (int32_t)h->json_int(sw) : 0;
+        g->causal[l] =
+            (uint8_t)(h->json_type(ic) == LOOM_JSON_BOOL ? h->json_bool(ic)
+                                                         : sliding);
+    }
+    return LOOM_OK;
+}
+
 loom_status dflash_parse_geometry(const loom_host *h,
                                   const loom_checkpoint *ckpt,
-                                  dflash_geometry *g, loom_err *err)
+                                  int32_t n_target_layers, dflash_geometry *g,
+                                  loom_err *err)
 {
     memset(g, 0, sizeof *g);
     const loom_json *cfg = h->config(ckpt);
@@ -94,11 +154,9 @@ loom_status dflash_parse_geometry(const loom_host *h,
     const loom_json *ids = h->json_get(dc, "target_layer_ids");
     if (h->json_type(ids) != LOOM_JSON_ARRAY)
         ids = h->json_get(cfg, "target_layer_ids");
-    if (h->json_type(ids) != LOOM_JSON_ARRAY || h->json_len(ids) == 0)
+    if (h->json_type(ids) == LOOM_JSON_ARRAY && h->json_len(ids) == 0)
         return loom_err_set(err, LOOM_ERR_FORMAT,
-                            "%s/config.json: missing required field "
-                            "dflash_config.target_layer_ids",
-                            path);
+                            "%s/config.json: target_layer_ids is empty", path);
     if (h->json_len(ids) > DFLASH_MAX_TAPS)
         return loom_err_set(err, LOOM_ERR_FORMAT,
                             "%s/config.json: target_layer_ids has %zu "
@@ -116,6 +174,27 @@ loom_status dflash_parse_geometry(const loom_host *h,
                                 path, i, g->n_target_layers);
         g->taps[g->n_taps++] = (int32_t)id;
     }
+    if (g->n_taps == 0) {
+        int32_t lt =
+            g->n_target_layers > 0 ? g->n_target_layers : n_target_layers;
+        if (lt > 0)
+            dflash_default_taps(lt, g->n_layers, g);
+    }
+
+    if (g->n_layers > DFLASH_MAX_LAYERS)
+        return loom_err_set(err, LOOM_ERR_FORMAT,
+                            "%s/config.json: num_hidden_layers %d, at most %d "
+                            "supported",
+                            path, g->n_layers, DFLASH_MAX_LAYERS);
+    rc = layer_kinds(h, cfg, path, g, err);
+    if (rc != LOOM_OK)
+        return rc;
+    const loom_json *bias = h->json_get(cfg, "attention_bias");
+    if (h->json_type(bias) == LOOM_JSON_BOOL && h->json_bool(bias))
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "%s/config.json: attention_bias true is not "
+                            "supported",
+                            path);
 
     g->rms_eps = 1e-6;
     const loom_json *eps = h->json_get(cfg, "rms_norm_eps");
@@ -130,6 +209,13 @@ loom_status dflash_parse_geometry(const loom_host *h,
     if (h->json_type(th2) == LOOM_JSON_REAL ||
         h->json_type(th2) == LOOM_JSON_INT)
         g->rope_theta = h->json_real(th2);
+    const loom_json *rt = h->json_get(rp, "rope_type");
+    if (h->json_type(rt) == LOOM_JSON_STRING &&
+        strcmp(h->json_str(rt), "default") != 0)
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "%s/config.json: rope_parameters.rope_type \"%s\" "
+                            "is not supported (only \"default\")",
+                            path, h->json_str(rt));
     const loom_json *mp = h->json_get(cfg, "max_position_embeddings");
     g->max_position = h->json_type(mp) == LOOM_JSON_INT ? h->json_int(mp) : 0;
     return LOOM_OK;

@@ -32,9 +32,11 @@ static loom_status LOOM_ABI nem_embed(loom_model *m, const int32_t *tokens,
     return LOOM_OK;
 }
 
-static loom_status LOOM_ABI nem_head(loom_model *m, const loom_view *hidden,
-                                     int32_t n, const loom_view *logits,
-                                     loom_err *err)
+/* lm_head of the rows, after the final norm when `normed` (head) or as
+ * they are (lm_head, for drafters that norm their own output). */
+static loom_status nem_project(loom_model *m, const loom_view *hidden,
+                               int32_t n, const loom_view *logits, int normed,
+                               loom_err *err)
 {
     const nem_geometry *g = &m->g;
     int64_t H = g->hidden;
@@ -52,12 +54,31 @@ static loom_status LOOM_ABI nem_head(loom_model *m, const loom_view *hidden,
     if (!xn)
         return loom_err_set(err, LOOM_ERR_NOMEM,
                             "nemotron head: no memory for %d rows", n);
-    for (int32_t i = 0; i < n; i++)
-        loom_cpu_rmsnorm(xn + (int64_t)i * H, loom_view_row_f32(hidden, i),
-                         m->norm_f, H, g->eps);
+    for (int32_t i = 0; i < n; i++) {
+        if (normed)
+            loom_cpu_rmsnorm(xn + (int64_t)i * H, loom_view_row_f32(hidden, i),
+                             m->norm_f, H, g->eps);
+        else
+            memcpy(xn + (int64_t)i * H, loom_view_row_f32(hidden, i),
+                   (size_t)H * sizeof *xn);
+    }
     loom_cpu_matmul_view(m->host, &m->lm_head, xn, n, logits);
     free(xn);
     return LOOM_OK;
+}
+
+static loom_status LOOM_ABI nem_head(loom_model *m, const loom_view *hidden,
+                                     int32_t n, const loom_view *logits,
+                                     loom_err *err)
+{
+    return nem_project(m, hidden, n, logits, 1, err);
+}
+
+static loom_status LOOM_ABI nem_lm_head(loom_model *m, const loom_view *hidden,
+                                        int32_t n, const loom_view *logits,
+                                        loom_err *err)
+{
+    return nem_project(m, hidden, n, logits, 0, err);
 }
 
 static loom_status LOOM_ABI nem_set_taps(loom_model *m, const int32_t *layers,
@@ -93,6 +114,7 @@ static const loom_target_i nem_target = {
     .embed = nem_embed,
     .head = nem_head,
     .set_taps = nem_set_taps,
+    .lm_head = nem_lm_head,
 };
 
 const void *LOOM_ABI nem_get_extension(const loom_model *m, const char *id)

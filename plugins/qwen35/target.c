@@ -34,9 +34,11 @@ static loom_status LOOM_ABI q35_embed(loom_model *m, const int32_t *tokens,
     return LOOM_OK;
 }
 
-static loom_status LOOM_ABI q35_head(loom_model *m, const loom_view *hidden,
-                                     int32_t n, const loom_view *logits,
-                                     loom_err *err)
+/* lm_head of the rows, after the final norm when `normed` (head) or as
+ * they are (lm_head, for drafters that norm their own output). */
+static loom_status q35_project(loom_model *m, const loom_view *hidden,
+                               int32_t n, const loom_view *logits, int normed,
+                               loom_err *err)
 {
     const q35_geometry *g = &m->g;
     int64_t H = g->hidden;
@@ -59,12 +61,31 @@ static loom_status LOOM_ABI q35_head(loom_model *m, const loom_view *hidden,
     if (!xn)
         return loom_err_set(err, LOOM_ERR_NOMEM,
                             "qwen35 head: no memory for %d rows", n);
-    for (int32_t i = 0; i < n; i++)
-        loom_cpu_rmsnorm(xn + (int64_t)i * H, loom_view_row_f32(hidden, i),
-                         m->w.norm, H, (float)g->eps);
+    for (int32_t i = 0; i < n; i++) {
+        if (normed)
+            loom_cpu_rmsnorm(xn + (int64_t)i * H, loom_view_row_f32(hidden, i),
+                             m->w.norm, H, (float)g->eps);
+        else
+            memcpy(xn + (int64_t)i * H, loom_view_row_f32(hidden, i),
+                   (size_t)H * sizeof *xn);
+    }
     loom_cpu_matmul_view(m->host, &m->w.lm_head, xn, n, logits);
     free(xn);
     return LOOM_OK;
+}
+
+static loom_status LOOM_ABI q35_head(loom_model *m, const loom_view *hidden,
+                                     int32_t n, const loom_view *logits,
+                                     loom_err *err)
+{
+    return q35_project(m, hidden, n, logits, 1, err);
+}
+
+static loom_status LOOM_ABI q35_lm_head(loom_model *m, const loom_view *hidden,
+                                        int32_t n, const loom_view *logits,
+                                        loom_err *err)
+{
+    return q35_project(m, hidden, n, logits, 0, err);
 }
 
 static loom_status LOOM_ABI q35_set_taps(loom_model *m, const int32_t *layers,
@@ -112,6 +133,7 @@ static const loom_target_i q35_target = {
     .embed = q35_embed,
     .head = q35_head,
     .set_taps = q35_set_taps,
+    .lm_head = q35_lm_head,
 };
 
 const void *LOOM_ABI q35_get_extension(const loom_model *m, const char *id)

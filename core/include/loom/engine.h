@@ -1,11 +1,13 @@
 /* An opened model: checkpoint + the family plugin chosen for it + its loaded
- * weights, with the host table and thread pool they use. What the CLI, the
- * lane and the server hold. */
+ * weights, with the host table and thread pool they use, and the drafter
+ * that speculates for it when one is asked for. What the CLI, the lane and
+ * the server hold. */
 #ifndef LOOM_ENGINE_H
 #define LOOM_ENGINE_H
 
 #include <loom/checkpoint.h>
 #include <loom/cuda_runtime.h>
+#include <loom/drafter.h>
 #include <loom/family.h>
 #include <loom/host.h>
 #include <loom/pool.h>
@@ -22,6 +24,10 @@ typedef struct loom_engine_params {
     int32_t max_rows;    /* 0: 512 */
     /* --gpu-memory: 0 default (90%), (0, 1] a fraction, > 1 bytes */
     double gpu_memory;
+    /* a drafter checkpoint directory, or a drafter plugin's name with its
+     * options ("ngram", "ngram:n=3,k=8"); NULL: none */
+    const char *drafter;
+    const char *drafter_plugin; /* force a drafter plugin by name, or NULL */
 } loom_engine_params;
 
 typedef struct loom_engine {
@@ -36,6 +42,15 @@ typedef struct loom_engine {
     loom_model_info info;
     loom_cuda_runtime *cuda; /* NULL: the CPU path, device_why says why */
     char device_why[512];
+
+    /* The drafter opened for the model (params.drafter), else all NULL:
+     * opened with the family's loom.target/1, closed before the model. */
+    loom_checkpoint *drafter_ckpt;
+    const loom_plugin_ref *drafter_plugin;
+    loom_drafter_ref drafter_ref; /* the drafter's dispatcher */
+    loom_drafter *drafter;
+    loom_drafter_needs needs; /* taps, block size, mask token */
+    loom_target target;       /* what the drafter was opened with */
 } loom_engine;
 
 loom_status loom_engine_open(const loom_engine_params *params,

@@ -73,6 +73,8 @@ typedef struct loom_stream_params {
     const char *const *stop;   /* stop strings, copied; may be NULL */
     int32_t n_stop;
     int32_t ignore_eos; /* nonzero: eos ids do not stop the stream */
+    /* nonzero: plain decoding even when the engine has a drafter */
+    int32_t no_speculation;
     loom_lane_cb cb;
     void *user;
 } loom_stream_params;
@@ -103,6 +105,10 @@ typedef struct loom_lane_params {
     int32_t prefill_chunk;
     /* The context size streams are held to. 0: the engine's. */
     int64_t max_context;
+    /* Streams of an engine with a drafter speculate (core/src/lane/spec.c).
+     * Drafts per verify window: 0 lets the planner pick from each stream's
+     * recent acceptance; > 0 fixes it (capped by the drafter's block). */
+    int32_t draft_window;
 } loom_lane_params;
 
 loom_status loom_lane_new(const loom_lane_params *params, loom_lane **out,
@@ -162,6 +168,12 @@ typedef struct loom_lane_stats {
     double prefill_tok_s;      /* over the last second or so of rounds; 0 */
     double decode_tok_s;       /* once the lane has been idle for 2 s */
     double ttft_last_s, ttft_avg_s; /* over finished first tokens */
+    /* Speculation: verify windows, drafts verified in them and accepted;
+     * spec_hist[k] counts windows that kept k tokens (accepted drafts plus
+     * the bonus token, 1..LOOM_MAX_WINDOW). Mean acceptance length is
+     * (spec_accepted + spec_windows) / spec_windows. */
+    uint64_t spec_windows, spec_drafted, spec_accepted;
+    uint64_t spec_hist[LOOM_MAX_WINDOW + 1];
 } loom_lane_stats;
 
 void loom_lane_get_stats(loom_lane *lane, loom_lane_stats *out);

@@ -104,17 +104,25 @@ loom_status loom_lane_new(const loom_lane_params *p, loom_lane **out,
         (stream **)malloc(sizeof(stream *) * (size_t)lane->round_tokens);
     lane->jobs =
         (draw_job *)malloc(sizeof(draw_job) * (size_t)lane->max_streams);
-    /* one logits row per active stream at most (no windows yet) */
+    loom_status rc = loom__spec_init(lane, p, err);
+    if (rc != LOOM_OK) {
+        loom_lane_free(lane);
+        return rc;
+    }
+    /* one logits row per active stream, and what windows may add */
+    lane->logit_rows = lane->max_streams + loom__spec_extra_rows(lane);
     lane->logits = (float *)malloc(sizeof(float) * (size_t)lane->vocab *
-                                   (size_t)lane->max_streams);
+                                   (size_t)lane->logit_rows);
+    lane->draws = (loom_sample_result *)malloc(sizeof(loom_sample_result) *
+                                               (size_t)lane->logit_rows);
     if (!lane->mu || !lane->cv || !lane->act || !lane->rows ||
-        !lane->row_stream || !lane->logits || !lane->jobs) {
+        !lane->row_stream || !lane->logits || !lane->jobs || !lane->draws) {
         loom_lane_free(lane);
         return loom_err_set(err, LOOM_ERR_NOMEM,
                             "lane: out of memory (%d streams x vocab %d)",
                             lane->max_streams, lane->vocab);
     }
-    loom_status rc = loom__map_init(&lane->map, err);
+    rc = loom__map_init(&lane->map, err);
     if (rc == LOOM_OK)
         rc = loom__pool_init(&lane->pool, lane, lane->max_streams, err);
     if (rc == LOOM_OK)
@@ -186,6 +194,7 @@ static loom_status stream_new(loom_lane *lane, const loom_stream_params *p,
     }
     s->max_tokens = p->max_tokens;
     s->ignore_eos = p->ignore_eos;
+    s->no_speculation = p->no_speculation;
     s->cb = p->cb;
     s->user = p->user;
     s->n_logprobs = p->sample.n_logprobs;
@@ -379,7 +388,9 @@ void loom_lane_free(loom_lane *lane)
     free(lane->rows);
     free(lane->row_stream);
     free(lane->logits);
+    free(lane->draws);
     free(lane->jobs);
+    loom__spec_free(lane);
     if (lane->cv)
         loom_cond_free(lane->cv);
     if (lane->mu)

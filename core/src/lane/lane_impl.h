@@ -25,6 +25,7 @@ typedef struct stream {
     int32_t n_stop;
     int32_t max_tokens;
     int32_t ignore_eos;
+    int32_t no_speculation;
     loom_lane_cb cb;
     void *user;
     loom_sample_params sp; /* the one copy; bias points at `bias` */
@@ -54,6 +55,18 @@ typedef struct stream {
                    and without a tokenizer a partial UTF-8 character) */
     size_t n_held, cap_held;
     uint64_t t_add, t_first;
+
+    /* speculation (spec.c): the drafter's stream, NULL when this stream
+     * decodes plainly */
+    loom_draft_stream *ds;
+    float accept_avg;               /* recent accepted drafts per window */
+    int32_t rest;                   /* plain rounds before the next window */
+    int32_t n_draft;                /* this round's drafts (0: a plain row) */
+    int32_t draft[LOOM_MAX_WINDOW]; /* draft[0..n_draft) */
+    int32_t pos0;                   /* this round's first row position */
+    int32_t n_round_rows;           /* rows this round (0: none) */
+    int32_t tap0;                   /* its first tapped row in the round */
+    int32_t n_kept;                 /* rows kept after the round */
 } stream;
 
 /* Streams by id: open addressing, linear probing, deletion by backward
@@ -82,13 +95,34 @@ typedef struct lane_stats_state {
     uint64_t t_last_round;
 } lane_stats_state;
 
-/* One stream's draw in a round. */
+/* One stream's draws in a round: one row's, or a verify window's (the
+ * pending token's row, then one row per draft). */
 typedef struct draw_job {
     stream *s;
-    const float *logits;
-    int32_t position; /* of the drawn token */
-    loom_sample_result res;
+    const float *logits; /* n rows of vocab */
+    int32_t vocab;
+    int32_t position;        /* of the first drawn token */
+    int32_t n;               /* rows with logits */
+    const int32_t *drafts;   /* n - 1 drafts (a window), else NULL */
+    loom_sample_result *res; /* n results; the first n_emit are kept */
+    int32_t n_emit;
 } draw_job;
+
+/* The drafter the lane speculates with (spec.c); ref NULL: none. */
+typedef struct spec_state {
+    const loom_drafter_ref *ref;
+    loom_drafter *drafter;
+    int32_t max_draft; /* drafts per window at most */
+    int32_t fixed;     /* loom_lane_params.draft_window */
+    int32_t tap_width; /* n_taps * hidden; 0: the drafter taps nothing */
+    float *taps;       /* [round_tokens, tap_width] */
+    int32_t *tap_pos;  /* positions of absorbed rows, [round_tokens] */
+    /* one draft call's arguments and answers, max_streams each */
+    loom_draft_stream **streams;
+    stream **who;
+    int32_t *last, *n_out;
+    int32_t *tokens, *parents; /* [max_streams, max_draft] */
+} spec_state;
 
 /* Without a tokenizer: every token's bytes from the piece function, asked
  * once at loom_lane_new. */
@@ -131,13 +165,16 @@ struct loom_lane {
     stream **act; /* streams holding a cache, arrival order; max_streams */
     int32_t n_act;
     stream *gone; /* finished streams not in act, freed at the round's end */
-    /* the round's rows; the lane sends no windows (no SPECULATIVE rows),
-     * so no cache ever waits on a commit before its next forward */
+    /* the round's rows; a window's cache is committed (spec.c) before
+     * the next round, so no forward meets an uncommitted window */
     loom_row *rows;
     stream **row_stream;
-    float *logits;
-    draw_job *jobs; /* max_streams */
-    char *text;     /* the current event's text */
+    float *logits;             /* [logit_rows, vocab] */
+    int32_t logit_rows;        /* max_streams, plus window rows */
+    loom_sample_result *draws; /* [logit_rows] */
+    draw_job *jobs;            /* max_streams */
+    spec_state spec;
+    char *text; /* the current event's text */
     size_t n_text, cap_text;
 
     lane_stats_state stats;
@@ -180,7 +217,9 @@ void loom__stats_init(lane_stats_state *st);
 void loom__stats_first_token(loom_lane *lane, const stream *s, uint64_t now);
 /* A round's counts and timing (takes mu). */
 void loom__stats_round(loom_lane *lane, int32_t n_prompt_rows,
-                       int32_t n_logit_rows, uint64_t t0, uint64_t t1);
+                       int32_t n_generated, uint64_t t0, uint64_t t1);
+/* A verify window of n_drafted drafts kept n_accepted of them (takes mu). */
+void loom__stats_window(loom_lane *lane, int32_t n_drafted, int32_t n_accepted);
 
 /* ---- schedule.c */
 /* One round: cancellations, admissions, rows, forward, draws, delivery. */
@@ -190,6 +229,31 @@ void loom__lane_reap(loom_lane *lane);
 /* Ends every stream still held (loom_lane_free). */
 void loom__lane_cancel_all(loom_lane *lane);
 void loom__stream_free(stream *s);
+
+/* ---- spec.c */
+/* The lane's drafter, from its engine (nothing when it has none). */
+loom_status loom__spec_init(loom_lane *lane, const loom_lane_params *p,
+                            loom_err *err);
+void loom__spec_free(loom_lane *lane);
+/* Extra logits rows windows may take in one round (for the buffers). */
+int32_t loom__spec_extra_rows(const loom_lane *lane);
+/* An admitted stream's drafter stream, unless it decodes plainly. */
+loom_status loom__spec_stream_new(loom_lane *lane, stream *s, loom_err *err);
+void loom__spec_stream_free(loom_lane *lane, stream *s);
+/* Plans this round's windows within `rows` spare rows and asks the
+ * drafter for their drafts (s->n_draft); a failed draft ends its streams. */
+void loom__spec_draft(loom_lane *lane, int32_t rows);
+/* Flags every row of s carries beyond LOGITS (TAP when its drafter taps). */
+uint32_t loom__spec_row_flags(const loom_lane *lane, const stream *s);
+/* A decoding stream's rows this round into rows[]: its pending token, then
+ * its drafts as a window; returns how many (1 + s->n_draft). */
+int32_t loom__spec_rows(const loom_lane *lane, stream *s, loom_row *rows);
+/* A job's draws: one row's token, or a window's accepted drafts and the
+ * bonus token, each recorded in the sampler before the next is drawn. */
+void loom__spec_draw(draw_job *j);
+/* After the draws: commits windows to their kept rows, moves positions,
+ * gives the drafter the kept rows' taps; a failure ends its stream. */
+void loom__spec_keep(loom_lane *lane);
 
 /* ---- sample.c */
 /* loom_sampler_new for parameters that already passed

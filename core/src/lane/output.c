@@ -262,6 +262,7 @@ static void finish_with(loom_lane *lane, stream *s, loom_finish why,
         loom__pool_put(&lane->pool, s->cache);
         s->cache = NULL;
     }
+    loom__spec_stream_free(lane, s);
     s->state = ST_DONE;
     loom_mutex_lock(lane->mu);
     if (s->counted_active)
@@ -301,7 +302,7 @@ void loom__out_deliver(loom_lane *lane, stream *s,
         s->t_first = now;
         loom__stats_first_token(lane, s, now);
     }
-    loom_sampler_accept(s->sampler, tok, 1);
+    /* the draw already recorded tok in the sampler (spec.c) */
     s->last = tok;
 
     text_reset(lane);

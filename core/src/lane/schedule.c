@@ -1,7 +1,7 @@
 /* The lane's rounds: cancellations end streams, waiting streams are
  * admitted from the queue's head while there is a cache slot, and only the
- * active streams' decode rows and prompt chunks go through the one forward
- * whose draws are delivered in row order. */
+ * active streams' decode rows (or verify windows, spec.c) and prompt chunks
+ * go through the one forward whose draws are delivered in row order. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,6 +117,8 @@ static loom_status admit(loom_lane *lane, stream *s, loom_err *err)
         loom__sampler_new(&s->sp, lane->vocab, s->seed, &s->sampler, err);
     if (rc == LOOM_OK)
         rc = loom__pool_get(&lane->pool, &s->cache, err);
+    if (rc == LOOM_OK)
+        rc = loom__spec_stream_new(lane, s, err);
     if (rc != LOOM_OK)
         return rc;
     for (int32_t j = 0; j < s->n_prompt; j++)
@@ -180,8 +182,7 @@ static void LOOM_ABI draw_range(void *ctx, int64_t begin, int64_t end)
 {
     draw_job *jobs = (draw_job *)ctx;
     for (int64_t j = begin; j < end; j++)
-        loom_sampler_sample(jobs[j].s->sampler, jobs[j].logits,
-                            jobs[j].position, &jobs[j].res);
+        loom__spec_draw(&jobs[j]);
 }
 
 loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
@@ -189,16 +190,33 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
 {
     round_begin(lane);
 
-    /* the round: decode rows first, then prompt chunks */
-    int32_t nr = 0, n_logit_rows = 0, n_prompt_rows = 0;
+    /* windows take what rows and logits rows the round spares beyond one
+     * row per decoding stream and one for prompts */
+    int32_t n_dec = 0, n_pre = 0;
+    for (int32_t i = 0; i < lane->n_act; i++) {
+        n_dec += lane->act[i]->state == ST_DECODE;
+        n_pre += lane->act[i]->state == ST_PREFILL;
+    }
+    int32_t spare = lane->round_tokens - n_dec - (n_pre > 0);
+    if (spare > lane->logit_rows - lane->max_streams)
+        spare = lane->logit_rows - lane->max_streams;
+    loom__spec_draft(lane, spare);
+
+    /* the round: decode rows and windows first, then prompt chunks */
+    int32_t nr = 0, n_logit_rows = 0, n_prompt_rows = 0, n_tap = 0;
     for (int32_t i = 0; i < lane->n_act; i++) {
         stream *s = lane->act[i];
         if (s->state != ST_DECODE)
             continue;
-        lane->rows[nr] =
-            (loom_row){s->cache, s->last, s->pos, -1, LOOM_ROW_LOGITS};
-        lane->row_stream[nr++] = s;
-        n_logit_rows++;
+        int32_t n = loom__spec_rows(lane, s, lane->rows + nr);
+        s->pos0 = s->pos;
+        s->n_round_rows = n;
+        s->tap0 = n_tap;
+        if (lane->rows[nr].flags & LOOM_ROW_TAP)
+            n_tap += n;
+        for (int32_t j = 0; j < n; j++)
+            lane->row_stream[nr++] = s;
+        n_logit_rows += n;
     }
     for (int32_t i = 0; i < lane->n_act && nr < lane->round_tokens; i++) {
         stream *s = lane->act[i];
@@ -209,10 +227,17 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
             chunk = lane->prefill_chunk;
         if (chunk > lane->round_tokens - nr)
             chunk = lane->round_tokens - nr;
+        uint32_t tap = loom__spec_row_flags(lane, s);
+        s->pos0 = s->n_fed;
+        s->n_round_rows = chunk;
+        s->tap0 = n_tap;
+        if (tap)
+            n_tap += chunk;
         for (int32_t j = 0; j < chunk; j++) {
             int32_t at = s->n_fed + j;
             uint32_t fl = at == s->n_prompt - 1 ? LOOM_ROW_LOGITS : 0;
-            lane->rows[nr] = (loom_row){s->cache, s->prompt[at], at, -1, fl};
+            lane->rows[nr] =
+                (loom_row){s->cache, s->prompt[at], at, -1, fl | tap};
             lane->row_stream[nr++] = s;
             if (fl)
                 n_logit_rows++;
@@ -232,6 +257,9 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
     memset(&outp, 0, sizeof outp);
     outp.struct_size = sizeof outp;
     outp.logits = loom_view_host_f32(lane->logits, n_logit_rows, lane->vocab);
+    if (n_tap > 0)
+        outp.taps =
+            loom_view_host_f32(lane->spec.taps, n_tap, lane->spec.tap_width);
     uint64_t t0 = loom_now_ns();
     loom_status rc =
         loom_family_forward(lane->fam, lane->model, &round, &outp, err);
@@ -247,8 +275,9 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
         return rc;
     }
 
-    /* positions advance; the streams' draws are independent, so they run
-     * over the thread pool; delivery stays in row order */
+    /* positions advance; a stream's logits rows make one job (a window's
+     * rows are contiguous); the streams' draws are independent, so they
+     * run over the thread pool; delivery stays in row order */
     int32_t k = 0, nj = 0;
     for (int32_t r = 0; r < nr; r++) {
         stream *s = lane->row_stream[r];
@@ -259,19 +288,43 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
         if (!(row->flags & LOOM_ROW_LOGITS))
             continue;
         const float *lg = lane->logits + (size_t)k * (size_t)lane->vocab;
+        if (nj > 0 && lane->jobs[nj - 1].s == s) {
+            lane->jobs[nj - 1].n++;
+        } else {
+            if (s->state == ST_PREFILL)
+                s->state = ST_DECODE;
+            lane->jobs[nj++] = (draw_job){s,
+                                          lg,
+                                          lane->vocab,
+                                          row->position + 1,
+                                          1,
+                                          s->n_draft > 0 ? s->draft : NULL,
+                                          lane->draws + k,
+                                          0};
+        }
         k++;
-        if (s->state == ST_PREFILL)
-            s->state = ST_DECODE;
-        lane->jobs[nj++] = (draw_job){s, lg, row->position + 1, {0}};
     }
     if (nj > 1 && lane->eng->pool)
         loom_pool_run(lane->eng->pool, nj, draw_range, lane->jobs);
     else
         draw_range(lane->jobs, 0, nj);
-    for (int32_t j = 0; j < nj; j++)
-        loom__out_deliver(lane, lane->jobs[j].s, &lane->jobs[j].res, t1);
+    /* windows commit before anything is delivered: a stream that stops
+     * inside its window hands its cache back committed */
+    loom__spec_keep(lane);
+    int32_t n_gen = 0;
+    for (int32_t j = 0; j < nj; j++) {
+        draw_job *jb = &lane->jobs[j];
+        n_gen += jb->n_emit;
+        /* nothing past a stop (eos, stop string, max_tokens, context) or
+         * a callback's cancel */
+        for (int32_t i = 0; i < jb->n_emit; i++) {
+            if (jb->s->state == ST_DONE || jb->s->cancel_local)
+                break;
+            loom__out_deliver(lane, jb->s, &jb->res[i], t1);
+        }
+    }
 
-    loom__stats_round(lane, n_prompt_rows, n_logit_rows, t0, t1);
+    loom__stats_round(lane, n_prompt_rows, n_gen, t0, t1);
     loom__lane_reap(lane);
     return LOOM_OK;
 }

@@ -1,5 +1,6 @@
-/* The lane's statistics: totals, time to first token, and the prefill and
- * decode rates over a window of about a second of rounds. */
+/* The lane's statistics: totals, time to first token, the prefill and
+ * decode rates over a window of about a second of rounds, and the
+ * acceptance of verify windows. */
 #include "lane_impl.h"
 
 /* A window closes once it spans this much time; an idle spell longer than
@@ -23,13 +24,13 @@ void loom__stats_first_token(loom_lane *lane, const stream *s, uint64_t now)
 }
 
 void loom__stats_round(loom_lane *lane, int32_t n_prompt_rows,
-                       int32_t n_logit_rows, uint64_t t0, uint64_t t1)
+                       int32_t n_generated, uint64_t t0, uint64_t t1)
 {
     lane_stats_state *st = &lane->stats;
     loom_mutex_lock(lane->mu);
     st->st.rounds++;
     st->st.prompt_tokens += (uint64_t)n_prompt_rows;
-    st->st.generated_tokens += (uint64_t)n_logit_rows;
+    st->st.generated_tokens += (uint64_t)n_generated;
     st->st.forward_s += (double)(t1 - t0) * 1e-9;
     if (t0 - st->t_last_round > IDLE_NS) {
         /* after an idle spell the rate window starts with this round */
@@ -37,7 +38,7 @@ void loom__stats_round(loom_lane *lane, int32_t n_prompt_rows,
         st->win_prefill = st->win_decode = 0;
     }
     st->win_prefill += (uint64_t)n_prompt_rows;
-    st->win_decode += (uint64_t)n_logit_rows;
+    st->win_decode += (uint64_t)n_generated;
     uint64_t now = loom_now_ns();
     st->t_last_round = now;
     if (now - st->win_t0 >= WINDOW_NS) {
@@ -47,6 +48,18 @@ void loom__stats_round(loom_lane *lane, int32_t n_prompt_rows,
         st->win_t0 = now;
         st->win_prefill = st->win_decode = 0;
     }
+    loom_mutex_unlock(lane->mu);
+}
+
+void loom__stats_window(loom_lane *lane, int32_t n_drafted, int32_t n_accepted)
+{
+    loom_lane_stats *st = &lane->stats.st;
+    loom_mutex_lock(lane->mu);
+    st->spec_windows++;
+    st->spec_drafted += (uint64_t)n_drafted;
+    st->spec_accepted += (uint64_t)n_accepted;
+    if (n_accepted + 1 <= LOOM_MAX_WINDOW)
+        st->spec_hist[n_accepted + 1]++;
     loom_mutex_unlock(lane->mu);
 }
 

@@ -1,4 +1,5 @@
-/* Opens a model end to end: plugins, checkpoint, family selection, weights. */
+/* Opens a model end to end: plugins, checkpoint, family selection, weights,
+ * and the drafter that speculates for it when one is asked for. */
 #include <loom/engine.h>
 
 #include <stdio.h>
@@ -29,6 +30,99 @@ static loom_status device_open(const loom_engine_params *p, loom_engine *e,
     return LOOM_OK;
 }
 
+/* The name of the plugin of `kind` that would take ckpt, for messages. */
+static const char *claimed_by(const loom_registry *reg,
+                              const loom_checkpoint *ckpt,
+                              loom_plugin_kind kind)
+{
+    const loom_plugin_ref *ref = NULL;
+    loom_err ignored;
+    if (loom_registry_select(reg, ckpt, kind, NULL, &ref, &ignored) != LOOM_OK)
+        return "?";
+    return ref->plugin->name;
+}
+
+/* Opens params->drafter for the opened model: a drafter checkpoint, a
+ * drafter plugin for it, the target it sees (the family's info and its
+ * loom.target/1) and the taps it needs set on the model. */
+static loom_status open_drafter(loom_engine *e,
+                                const loom_engine_params *params, loom_err *err)
+{
+    loom_status rc =
+        loom_checkpoint_open(params->drafter, &e->drafter_ckpt, err);
+    if (rc != LOOM_OK)
+        return rc;
+    const char *dir = loom_checkpoint_dir(e->drafter_ckpt);
+    if (!params->drafter_plugin &&
+        loom_registry_kind_of(e->registry, e->drafter_ckpt) ==
+            LOOM_PLUGIN_FAMILY)
+        return loom_err_set(
+            err, LOOM_ERR_INVALID,
+            "%s is a model checkpoint (family %s), not a "
+            "drafter",
+            dir, claimed_by(e->registry, e->drafter_ckpt, LOOM_PLUGIN_FAMILY));
+    rc = loom_registry_select(e->registry, e->drafter_ckpt, LOOM_PLUGIN_DRAFTER,
+                              params->drafter_plugin, &e->drafter_plugin, err);
+    if (rc != LOOM_OK)
+        return rc;
+    rc = loom_drafter_bind(e->drafter_plugin->plugin, &e->drafter_ref, err);
+    if (rc != LOOM_OK)
+        return rc;
+    e->drafter_ref.cu = e->family.cu;
+    const char *name = e->drafter_ref.name;
+    /* the lane verifies windows: the family must roll a cache back */
+    if (!(e->info.caps & LOOM_CAP_WINDOWS))
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "drafter %s: the %s model has no speculative "
+                            "windows (LOOM_CAP_WINDOWS)",
+                            dir, e->family.name);
+    rc = loom_checkpoint_load_tensors(e->drafter_ckpt, err);
+    if (rc != LOOM_OK)
+        return rc;
+    memset(&e->target, 0, sizeof e->target);
+    e->target.struct_size = sizeof e->target;
+    e->target.info = &e->info;
+    e->target.model = e->model;
+    e->target.ext = (const loom_target_i *)loom_family_extension(
+        &e->family, e->model, LOOM_TARGET_ID);
+    rc = loom_drafter_open(&e->drafter_ref, e->drafter_plugin->host,
+                           e->drafter_ckpt, &e->target, &e->drafter, err);
+    if (rc != LOOM_OK) {
+        e->drafter = NULL;
+        loom_err_prefix(err, "drafter %s for model %s", dir,
+                        loom_checkpoint_dir(e->ckpt));
+        return rc;
+    }
+    loom_drafter_get_needs(&e->drafter_ref, e->drafter, &e->needs);
+    if (e->needs.block_size < 2)
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "drafter %s (%s): block_size %d, need at least 2",
+                            dir, name, e->needs.block_size);
+    if (e->needs.n_taps < 0 || (e->needs.n_taps > 0 && !e->needs.taps))
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "drafter %s (%s): %d taps without their ids", dir,
+                            name, e->needs.n_taps);
+    if (e->needs.n_taps > 0) {
+        if (!(e->info.caps & LOOM_CAP_TAPS) || !e->target.ext ||
+            !LOOM_HAS_FIELD(e->target.ext->struct_size, loom_target_i,
+                            set_taps) ||
+            !e->target.ext->set_taps)
+            return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                                "drafter %s (%s) taps %d layers; the %s model "
+                                "has no %s set_taps",
+                                dir, name, e->needs.n_taps, e->family.name,
+                                LOOM_TARGET_ID);
+        rc = e->target.ext->set_taps(e->model, e->needs.taps, e->needs.n_taps,
+                                     err);
+        if (rc != LOOM_OK) {
+            loom_err_prefix(err, "drafter %s (%s) on model %s", dir, name,
+                            loom_checkpoint_dir(e->ckpt));
+            return rc;
+        }
+    }
+    return LOOM_OK;
+}
+
 loom_status loom_engine_open(const loom_engine_params *params,
                              loom_engine **out, loom_err *err)
 {
@@ -50,10 +144,12 @@ loom_status loom_engine_open(const loom_engine_params *params,
     if (rc != LOOM_OK)
         goto fail;
     if (loom_registry_kind_of(e->registry, e->ckpt) == LOOM_PLUGIN_DRAFTER) {
-        rc = loom_err_set(err, LOOM_ERR_INVALID,
-                          "%s is a drafter checkpoint, not a model (pass it "
-                          "with --drafter)",
-                          loom_checkpoint_dir(e->ckpt));
+        rc = loom_err_set(
+            err, LOOM_ERR_INVALID,
+            "%s is a drafter checkpoint (drafter %s), not a model (pass it "
+            "with --drafter)",
+            loom_checkpoint_dir(e->ckpt),
+            claimed_by(e->registry, e->ckpt, LOOM_PLUGIN_DRAFTER));
         goto fail;
     }
     rc = loom_registry_select(e->registry, e->ckpt, LOOM_PLUGIN_FAMILY,
@@ -81,6 +177,11 @@ loom_status loom_engine_open(const loom_engine_params *params,
     if (rc != LOOM_OK)
         goto fail;
     loom_family_describe(&e->family, e->model, &e->info);
+    if (params->drafter) {
+        rc = open_drafter(e, params, err);
+        if (rc != LOOM_OK)
+            goto fail;
+    }
     *out = e;
     return LOOM_OK;
 fail:
@@ -92,6 +193,10 @@ void loom_engine_close(loom_engine *e)
 {
     if (!e)
         return;
+    /* the drafter holds the target's model: it goes first */
+    if (e->drafter)
+        loom_drafter_close(&e->drafter_ref, e->drafter);
+    loom_checkpoint_close(e->drafter_ckpt);
     if (e->model)
         loom_family_close(&e->family, e->model);
     loom_checkpoint_close(e->ckpt);

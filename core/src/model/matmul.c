@@ -22,6 +22,8 @@
 #define TILE_ROWS 16
 /* Tokens that share one pass over a weight row (registers per token: 2). */
 #define TOK_BLOCK 4
+/* Up to this many tokens (a verify window) read typed rows in place. */
+#define FEW_TOK 16
 
 enum { W_F32, W_BF16, W_F16 };
 
@@ -218,13 +220,18 @@ static void LOOM_ABI mm_rows(void *ctx, int64_t r0, int64_t r1)
     const int64_t cols = w->cols;
     const int type = plain_type(w);
 
-    /* One token on the AVX2 path reads typed rows in place: decode is bound
-     * by how fast the weights stream in. */
-    if (j->n_tok == 1 && j->avx2 && type >= 0) {
+    /* Few tokens (a decode row, a verify window) on the AVX2 path read
+     * typed rows in place: decode is bound by how fast the weights stream
+     * in, and converting tiles would cost more than the products. */
+    if (j->n_tok <= FEW_TOK && j->avx2 && type >= 0) {
         size_t es = elem_size(type);
         for (int64_t r = r0; r < r1; r++)
-            kern(j, (const char *)w->data + (size_t)r * cols * es, type, j->x,
-                 1, j->y + r);
+            for (int64_t t = 0; t < j->n_tok; t += TOK_BLOCK) {
+                int nt =
+                    (int)(j->n_tok - t < TOK_BLOCK ? j->n_tok - t : TOK_BLOCK);
+                kern(j, (const char *)w->data + (size_t)r * cols * es, type,
+                     j->x + t * cols, nt, j->y + t * w->rows + r);
+            }
         return;
     }
 

@@ -623,6 +623,7 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
     sp.stop = rq->n_stop ? rq->stop : NULL;
     sp.n_stop = rq->n_stop;
     sp.ignore_eos = rq->ignore_eos;
+    sp.no_speculation = rq->no_speculation;
     sp.cb = job_event;
     sp.user = j;
     /* the lane's reference, taken before the first event can drop it */

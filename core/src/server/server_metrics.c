@@ -192,6 +192,37 @@ char *srv_metrics_render(srv_metrics *m, loom_lane *lane, int ready)
                  ready, ls.active, ls.queued, ls.decode_tok_s, ls.prefill_tok_s,
                  (unsigned long long)ls.rounds, ls.forward_s, ls.pool_total,
                  ls.pool_free, (unsigned long long)loom_rss_bytes());
+    srv_buf_addf(
+        &b,
+        "# HELP loom_spec_windows_total Speculative verify windows.\n"
+        "# TYPE loom_spec_windows_total counter\n"
+        "loom_spec_windows_total %llu\n"
+        "# HELP loom_spec_draft_tokens_total Drafted tokens verified.\n"
+        "# TYPE loom_spec_draft_tokens_total counter\n"
+        "loom_spec_draft_tokens_total %llu\n"
+        "# HELP loom_spec_accepted_tokens_total Drafted tokens "
+        "accepted.\n"
+        "# TYPE loom_spec_accepted_tokens_total counter\n"
+        "loom_spec_accepted_tokens_total %llu\n"
+        "# HELP loom_spec_acceptance_length Tokens kept per window "
+        "(accepted drafts + 1).\n"
+        "# TYPE loom_spec_acceptance_length histogram\n",
+        (unsigned long long)ls.spec_windows,
+        (unsigned long long)ls.spec_drafted,
+        (unsigned long long)ls.spec_accepted);
+    uint64_t kept = 0, windows = 0;
+    for (int k = 1; k <= LOOM_MAX_WINDOW; k++) {
+        windows += ls.spec_hist[k];
+        kept += (uint64_t)k * ls.spec_hist[k];
+        srv_buf_addf(&b, "loom_spec_acceptance_length_bucket{le=\"%d\"} %llu\n",
+                     k, (unsigned long long)windows);
+    }
+    srv_buf_addf(&b,
+                 "loom_spec_acceptance_length_bucket{le=\"+Inf\"} %llu\n"
+                 "loom_spec_acceptance_length_sum %llu\n"
+                 "loom_spec_acceptance_length_count %llu\n",
+                 (unsigned long long)windows, (unsigned long long)kept,
+                 (unsigned long long)windows);
     if (!b.data) {
         srv_buf_free(&b);
         return NULL;

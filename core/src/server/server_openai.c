@@ -470,9 +470,12 @@ int srv_request_parse(srv_kind kind, const char *body, size_t len,
     if (loom_sample_params_check_field(sp, 0, &bad_field, &serr))
         return BADVAL(bad_field, "%s", serr.msg);
 
+    int speculative = 1;
     if (get_bool(root, "stream", &rq->stream, e) ||
-        get_bool(root, "ignore_eos", &rq->ignore_eos, e))
+        get_bool(root, "ignore_eos", &rq->ignore_eos, e) ||
+        get_bool(root, "speculative", &speculative, e))
         return -1;
+    rq->no_speculation = !speculative;
     json_t *so = field(root, "stream_options");
     if (so) {
         if (!json_is_object(so))

@@ -60,6 +60,7 @@ typedef struct srv_request {
     int logprobs;      /* report logprobs */
     int32_t top_logprobs;
     int ignore_eos;
+    int no_speculation; /* "speculative": false */
 } srv_request;
 
 /* Parses and type-checks a body. Malformed JSON is a 400 naming the line,

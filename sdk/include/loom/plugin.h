@@ -635,6 +635,12 @@ typedef struct loom_target_i {
      * order, in out->taps. The ids are copied. n = 0 turns taps off. */
     loom_status(LOOM_ABI *set_taps)(loom_model *model, const int32_t *layers,
                                     int32_t n, loom_err *err);
+    /* logits[i, 0..vocab) = lm_head(hidden[i]), without the final norm: for
+     * drafters that norm their own output (DFlash). [optional: NULL, and a
+     * drafter that needs it refuses the target] */
+    loom_status(LOOM_ABI *lm_head)(loom_model *model, const loom_view *hidden,
+                                   int32_t n, const loom_view *logits,
+                                   loom_err *err);
 } loom_target_i;
 
 /* ---------------------------------------------------------------- drafter */
