@@ -127,7 +127,10 @@ void loom_cli_model_opts_help(FILE *out)
             "  --threads N         CPU threads (default: one per core)\n"
             "  --ctx N             context limit in tokens (default: the "
             "model's)\n"
-            "  --drafter DIR       speculate with this drafter checkpoint\n");
+            "  --drafter D         speculate with drafter D: a checkpoint "
+            "directory, or a drafter\n"
+            "                      plugin by name with its options "
+            "(ngram, ngram:n=3,k=8)\n");
 }
 
 void loom_cli_engine_params(const loom_cli_model_opts *o, const char *model,

@@ -16,7 +16,8 @@ static void help(FILE *out)
             "Lists every plugin found (name, kind, version, ABI, path) and "
             "every file\nrefused with its reason. Search order: --plugin-path "
             "DIRs, $LOOM_PLUGIN_PATH,\nthe plugins/ directory beside the "
-            "executable, the install directory.\n\n"
+            "executable, then ../lib/loom/plugins beside it (an installed "
+            "prefix).\n\n"
             "  --plugin-path DIR   search DIR first (repeatable)\n"
             "  --json              one JSON object for machines\n");
 }

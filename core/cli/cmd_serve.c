@@ -19,7 +19,7 @@ static void help(FILE *out)
             "usage: loom serve MODEL [--host ADDR] [--port N] [--parallel N] "
             "[--ctx N]\n"
             "                  [--api-key-file F] [--request-log F] "
-            "[--drafter DIR] ...\n\n"
+            "[--drafter D] ...\n\n"
             "Serves MODEL over an OpenAI-compatible HTTP API: POST "
             "/v1/completions,\nPOST /v1/chat/completions (stream: true for "
             "server-sent events),\nGET /v1/models, GET /health, GET /metrics "
