@@ -127,6 +127,10 @@ err=$("$L" run "$fixtures/models/qwen35-tiny" --ids 5 -n 2 --drafter ngram:n=3,b
 check "an unknown drafter option is refused by name" 'echo "$err" | grep -q "unknown option '"'"'bogus'"'"' (ngram takes: n, k)"'
 err=$("$L" run "$fixtures/models/qwen35-tiny" --ids 5 -n 2 --drafter ngram:n=0 2>&1)
 check "an option out of range is refused with its value" 'echo "$err" | grep -q "option n=0 is outside"'
+err=$("$L" run "$fixtures/models/qwen35-tiny" --ids 5 -n 2 --drafter ngram:n=3,n=2 2>&1)
+check "an option given twice is refused" 'echo "$err" | grep -q "option '"'"'n'"'"' given twice"'
+err=$("$L" run "$fixtures/models/qwen35-tiny" --ids 5 -n 2 --drafter ngram:n 2>&1)
+check "an option without a value is refused" 'echo "$err" | grep -q "option '"'"'n'"'"' is not key=value"'
 err=$("$L" run "$fixtures/models/qwen35-tiny" --ids 5 -n 2 --drafter nosuch 2>&1)
 check "a drafter name nothing answers to is refused" 'echo "$err" | grep -q "no drafter plugin named '"'"'nosuch'"'"'"'
 
