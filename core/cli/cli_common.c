@@ -122,11 +122,17 @@ void loom_cli_model_opts_init(loom_cli_model_opts *o, int which)
                               "the device line for cpu, cuda or auto"};
     if (which & LOOM_CLI_DRAFTER)
         *t++ = (loom_cli_opt){
-            0,           "drafter",
-            "DIR",       LOOM_OPT_STR,
-            &o->drafter, 0,
-            0,           NULL,
-            NULL,        "speculate with this drafter checkpoint"};
+            0,
+            "drafter",
+            "D",
+            LOOM_OPT_STR,
+            &o->drafter,
+            0,
+            0,
+            NULL,
+            NULL,
+            "speculate with drafter D: a checkpoint directory, "
+            "or NAME[:OPTIONS] of a drafter plugin (ngram:n=3,k=8)"};
 }
 
 void loom_cli_engine_params(const loom_cli_model_opts *o, const char *model,

@@ -30,7 +30,7 @@ typedef struct loom_cli_model_opts {
     int64_t n_threads;
     int64_t ctx;
     double gpu_memory;   /* --gpu-memory; 0: the default */
-    const char *drafter; /* --drafter DIR */
+    const char *drafter; /* --drafter DIR or NAME[:OPTIONS] */
     loom_cli_opt table[8];
 } loom_cli_model_opts;
 

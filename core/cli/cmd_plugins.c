@@ -13,8 +13,8 @@ static const char plugins_usage[] =
     "usage: loom plugins [options]\n\n"
     "Lists every plugin found (name, kind, version, ABI, path) and every "
     "file\nrefused with its reason. Search order: --plugin-path DIRs, "
-    "$LOOM_PLUGIN_PATH,\nthe plugins/ directory beside the executable, the "
-    "install directory.\n";
+    "$LOOM_PLUGIN_PATH,\nthe plugins/ directory beside the executable, then "
+    "../lib/loom/plugins beside it\n(an installed prefix).\n";
 
 static const char *kind_name(int32_t k)
 {

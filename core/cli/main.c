@@ -41,8 +41,8 @@ static void usage(FILE *out)
     fprintf(out,
             "\n`loom COMMAND --help` describes a command's options.\n"
             "Plugins are searched in --plugin-path DIR, $LOOM_PLUGIN_PATH, "
-            "the plugins/ directory beside the executable, then the "
-            "install directory.\n");
+            "the plugins/ directory beside the executable, then "
+            "../lib/loom/plugins beside it (an installed prefix).\n");
 }
 
 int main(int argc, char **argv)

@@ -176,6 +176,7 @@ const loom_drafter_i dflash_drafter_i = {
     /* .stream_free = */ d_stream_free,
     /* .absorb      = */ d_absorb,
     /* .draft       = */ d_draft,
+    /* .absorb_tokens = */ NULL,
 };
 
 LOOM_PLUGIN_ENTRY(LOOM_PLUGIN_DRAFTER, LOOM_DRAFTER_ID, dflash_drafter_i,

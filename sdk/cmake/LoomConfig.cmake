@@ -1,9 +1,9 @@
-# find_package(Loom): the installed SDK (header, CPU helpers) and loom_add_plugin().
+# find_package(Loom 2.0): the installed SDK (Loom::sdk: the ABI header and
+# the CPU helpers) and loom_add_plugin(). The version is the plugin ABI's.
 include(${CMAKE_CURRENT_LIST_DIR}/LoomTargets.cmake)
-if(NOT TARGET loom::sdk AND TARGET loom::loom_sdk)
-  add_library(loom::sdk ALIAS loom::loom_sdk)
+if(NOT DEFINED LOOM_PLUGIN_OUTPUT_DIR)
+  set(LOOM_PLUGIN_OUTPUT_DIR ${CMAKE_BINARY_DIR}/plugins)
 endif()
-set(LOOM_PLUGIN_OUTPUT_DIR ${CMAKE_BINARY_DIR}/plugins)
 # nvcc compiles CUDA_SOURCES against the installed headers
-get_target_property(LOOM_SDK_INCLUDE_DIR loom::loom_sdk_headers INTERFACE_INCLUDE_DIRECTORIES)
+get_target_property(LOOM_SDK_INCLUDE_DIR Loom::sdk_headers INTERFACE_INCLUDE_DIRECTORIES)
 include(${CMAKE_CURRENT_LIST_DIR}/LoomPlugin.cmake)

@@ -128,16 +128,15 @@ function(loom_add_plugin name)
     return()
   endif()
   add_library(loom-${name} MODULE ${P_SOURCES})
-  target_link_libraries(loom-${name} PRIVATE loom::sdk ${P_LIBS})
+  target_link_libraries(loom-${name} PRIVATE Loom::sdk ${P_LIBS})
   set_target_properties(loom-${name} PROPERTIES
     PREFIX "lib"
     C_VISIBILITY_PRESET hidden
     LIBRARY_OUTPUT_DIRECTORY "${LOOM_PLUGIN_OUTPUT_DIR}")
   loom_add_fatbin(loom-${name} ${name} SOURCES ${P_CUDA_SOURCES}
     FLAGS ${P_CUDA_FLAGS})
-  # Relative, so `cmake --install --prefix P` puts it under P; loom searches
-  # the configured prefix's copy of this directory (LOOM_INSTALL_PLUGIN_DIR).
-  if(DEFINED LOOM_INSTALL_PLUGIN_DIR)
-    install(TARGETS loom-${name} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/loom/plugins)
-  endif()
+  # Relative, so `cmake --install --prefix P` puts it in P/lib/loom/plugins,
+  # where P/bin/loom looks (relative to itself).
+  include(GNUInstallDirs)
+  install(TARGETS loom-${name} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/loom/plugins)
 endfunction()

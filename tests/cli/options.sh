@@ -37,7 +37,7 @@ err=$("$loom" serve "$q" --port 0 --drafter "$tmp/nodrafter" 2>&1); rc=$?
 check "serve --drafter opens the drafter (a missing one is named)" '[ $rc -eq 1 ] && echo "$err" | grep -q "nodrafter"'
 h=$("$loom" serve --help)
 check "serve --help lists --queue, --max-body, --name, --drafter" \
-  'echo "$h" | grep -q -- "--queue N" && echo "$h" | grep -q -- "--max-body N" && echo "$h" | grep -q -- "--name NAME" && echo "$h" | grep -q -- "--drafter DIR"'
+  'echo "$h" | grep -q -- "--queue N" && echo "$h" | grep -q -- "--max-body N" && echo "$h" | grep -q -- "--name NAME" && echo "$h" | grep -q -- "--drafter D"'
 for c in plugins inspect tokenize detokenize chat-format logits run bench bench-tokenizer serve chat; do
   h=$("$loom" $c --help 2>&1); rc=$?
   check "$c --help lists its options" '[ $rc -eq 0 ] && echo "$h" | grep -q "usage: loom $c" && echo "$h" | grep -q -- "-h, --help"'

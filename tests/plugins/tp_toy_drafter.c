@@ -1,7 +1,8 @@
 /* A drafter for the drafter dispatcher's tests: it proposes last+1, last+2,
  * ... (mod the target's vocab), three at most, as a chain. It leaves
  * geometry and absorb NULL (it asks for no taps) and claims no checkpoint:
- * tests force it by name. */
+ * tests force it by name. It is a 2.0 plugin (abi_minor 0, a 2.0-sized
+ * vtable) loaded by a later minor's core. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,9 +85,34 @@ static loom_status LOOM_ABI td_draft(loom_drafter *d,
     return LOOM_OK;
 }
 
+/* Past the vtable's struct_size: a core that reads it anyway fails. */
+static loom_status LOOM_ABI td_past_the_end(loom_drafter *d,
+                                            loom_draft_stream *s,
+                                            const int32_t *tokens,
+                                            const int32_t *positions, int32_t n,
+                                            loom_err *err)
+{
+    (void)d;
+    (void)s;
+    (void)tokens;
+    (void)positions;
+    (void)n;
+    return loom_err_set(err, LOOM_ERR_ABI, "read past the 2.0 vtable");
+}
+
+/* A 2.0 vtable (it ends before 2.1's absorb_tokens), as a drafter built
+ * against the older minor ships it: the core never reads past it. */
 static const loom_drafter_i td_drafter = {
-    sizeof(loom_drafter_i), NULL,           td_open, td_close, td_needs,
-    td_stream_new,          td_stream_free, NULL,    td_draft,
+    offsetof(loom_drafter_i, absorb_tokens),
+    NULL,
+    td_open,
+    td_close,
+    td_needs,
+    td_stream_new,
+    td_stream_free,
+    NULL,
+    td_draft,
+    td_past_the_end,
 };
 
 static int32_t LOOM_ABI td_probe(const loom_host *h, const loom_checkpoint *c)
@@ -103,7 +129,7 @@ static const void *LOOM_ABI td_get_interface(const char *id)
 
 static const loom_plugin td_plugin = {
     LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
+    0,
     sizeof(loom_plugin),
     "tp-toy-drafter",
     "0.1.0",

@@ -60,7 +60,7 @@ START_TEST(good_plugin_loads_bad_ones_are_refused)
 
     r = refusal_for(reg, "libtp_badabi");
     ck_assert_ptr_nonnull(r);
-    char want[64];
+    char want[128];
     snprintf(want, sizeof want, "incompatible ABI %d.0", LOOM_ABI_MAJOR + 1);
     ck_assert_ptr_nonnull(strstr(r->reason, want));
     /* one line */
@@ -69,6 +69,14 @@ START_TEST(good_plugin_loads_bad_ones_are_refused)
     r = refusal_for(reg, "libtp_smallstruct");
     ck_assert_ptr_nonnull(r);
     ck_assert_ptr_nonnull(strstr(r->reason, "struct_size 16"));
+    /* the plugin and both sizes, on one line */
+    snprintf(want, sizeof want,
+             "tp-small: descriptor struct_size 16 is "
+             "smaller than ABI %d.0's %zu",
+             LOOM_ABI_MAJOR,
+             offsetof(loom_plugin, get_interface) + sizeof(void *));
+    ck_assert_msg(strstr(r->reason, want), "%s", r->reason);
+    ck_assert_ptr_null(strchr(r->reason, '\n'));
 
     r = refusal_for(reg, "libtp_missinglib");
     ck_assert_ptr_nonnull(r);

@@ -13,7 +13,14 @@
  * mapped yet. */
 loom_status loom_checkpoint_open(const char *model, loom_checkpoint **out,
                                  loom_err *err);
-/* Maps and validates the tensors. Idempotent. */
+/* A checkpoint without a directory, named `name` in messages, whose
+ * config.json is `config` (taken, even on failure): no generation config,
+ * no tensors. What a drafter named without a checkpoint ("ngram:n=3")
+ * opens with, its options as the config. */
+loom_status loom_checkpoint_from_config(const char *name, json_t *config,
+                                        loom_checkpoint **out, loom_err *err);
+/* Maps and validates the tensors. Idempotent; nothing for a checkpoint made
+ * from a config. */
 loom_status loom_checkpoint_load_tensors(loom_checkpoint *ckpt, loom_err *err);
 void loom_checkpoint_close(loom_checkpoint *ckpt);
 

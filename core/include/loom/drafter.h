@@ -41,6 +41,12 @@ loom_status loom_drafter_absorb(const loom_drafter_ref *d,
                                 const loom_view *features,
                                 const int32_t *positions, int32_t n,
                                 loom_err *err);
+/* The kept rows' tokens (loom_drafter_i.absorb_tokens, 2.1): a no-op for
+ * drafters without the member (2.0 vtables, or NULL). */
+loom_status
+loom_drafter_absorb_tokens(const loom_drafter_ref *d, loom_drafter *drafter,
+                           loom_draft_stream *s, const int32_t *tokens,
+                           const int32_t *positions, int32_t n, loom_err *err);
 loom_status loom_drafter_draft(const loom_drafter_ref *d, loom_drafter *drafter,
                                loom_draft_stream *const *streams,
                                const int32_t *last, int32_t n_streams,

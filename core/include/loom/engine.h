@@ -1,6 +1,7 @@
 /* An opened model: checkpoint + the family plugin chosen for it + its loaded
- * weights, with the host table and thread pool they use. What the CLI, the
- * lane and the server hold. */
+ * weights, with the host table and thread pool they use, and the drafter
+ * that speculates for it when one is asked for. What the CLI, the lane and
+ * the server hold. */
 #ifndef LOOM_ENGINE_H
 #define LOOM_ENGINE_H
 
@@ -26,7 +27,9 @@ typedef struct loom_engine_params {
     int32_t max_streams;
     /* --gpu-memory: 0 default (90%), (0, 1] a fraction, > 1 bytes */
     double gpu_memory;
-    const char *drafter;        /* a drafter checkpoint directory, or NULL */
+    /* a drafter checkpoint directory, or a drafter plugin's name with its
+     * options ("ngram", "ngram:n=3,k=8"); NULL: none */
+    const char *drafter;
     const char *drafter_plugin; /* force a drafter plugin by name, or NULL */
     /* When set, the weights are read in once before the family opens the
      * model, with progress (bytes read of the total) reported as they are. */

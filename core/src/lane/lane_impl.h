@@ -68,6 +68,7 @@ typedef struct stream {
     int32_t pos0;                   /* this round's first row position */
     int32_t n_round_rows;           /* rows this round (0: none) */
     int32_t tap0;                   /* its first tapped row in the round */
+    int32_t row0;                   /* its first row in the round */
     int32_t n_kept;                 /* rows kept after the round */
 } stream;
 
@@ -122,6 +123,7 @@ typedef struct spec_state {
     int32_t tap_width; /* n_taps * hidden; 0: the drafter taps nothing */
     float *taps;       /* [round_tokens, tap_width] */
     int32_t *tap_pos;  /* positions of absorbed rows, [round_tokens] */
+    int32_t *tap_tok;  /* their tokens, [round_tokens] */
     /* one draft call's arguments and answers, max_streams each */
     loom_draft_stream **streams;
     stream **who;

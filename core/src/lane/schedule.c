@@ -213,6 +213,7 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
         int32_t n = loom__spec_rows(lane, s, lane->rows + nr);
         s->pos0 = s->pos;
         s->n_round_rows = n;
+        s->row0 = nr;
         s->tap0 = n_tap;
         if (lane->rows[nr].flags & LOOM_ROW_TAP)
             n_tap += n;
@@ -241,6 +242,7 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
         uint32_t tap = loom__spec_row_flags(lane, s);
         s->pos0 = s->n_fed;
         s->n_round_rows = chunk;
+        s->row0 = nr;
         s->tap0 = n_tap;
         if (tap)
             n_tap += chunk;

@@ -47,10 +47,12 @@ loom_status loom__spec_init(loom_lane *lane, const loom_lane_params *p,
     sp->tokens = (int32_t *)calloc(ms * (size_t)md, sizeof(int32_t));
     sp->parents = (int32_t *)calloc(ms * (size_t)md, sizeof(int32_t));
     sp->tap_pos = (int32_t *)calloc(rt, sizeof(int32_t));
+    sp->tap_tok = (int32_t *)calloc(rt, sizeof(int32_t));
     if (sp->tap_width > 0)
         sp->taps = (float *)malloc(sizeof(float) * rt * (size_t)sp->tap_width);
     if (!sp->streams || !sp->who || !sp->last || !sp->n_out || !sp->tokens ||
-        !sp->parents || !sp->tap_pos || (sp->tap_width > 0 && !sp->taps))
+        !sp->parents || !sp->tap_pos || !sp->tap_tok ||
+        (sp->tap_width > 0 && !sp->taps))
         return loom_err_set(err, LOOM_ERR_NOMEM,
                             "lane: out of memory for the drafter's taps (%d "
                             "rows x %d)",
@@ -70,6 +72,7 @@ void loom__spec_free(loom_lane *lane)
     free(sp->tokens);
     free(sp->parents);
     free(sp->tap_pos);
+    free(sp->tap_tok);
     free(sp->taps);
     memset(sp, 0, sizeof *sp);
 }
@@ -282,10 +285,16 @@ void loom__spec_keep(loom_lane *lane)
             feat = loom_view_host_f32(sp->taps + (size_t)s->tap0 *
                                                      (size_t)sp->tap_width,
                                       kept, sp->tap_width);
-        for (int32_t r = 0; r < kept; r++)
+        for (int32_t r = 0; r < kept; r++) {
             sp->tap_pos[r] = s->pos0 + r;
+            sp->tap_tok[r] = lane->rows[s->row0 + r].token;
+        }
         loom_status rc = loom_drafter_absorb(sp->ref, sp->drafter, s->ds, &feat,
                                              sp->tap_pos, kept, &err);
+        if (rc == LOOM_OK)
+            rc = loom_drafter_absorb_tokens(sp->ref, sp->drafter, s->ds,
+                                            sp->tap_tok, sp->tap_pos, kept,
+                                            &err);
         if (rc != LOOM_OK)
             loom__out_error(lane, s, err.msg);
     }

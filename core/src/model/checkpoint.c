@@ -15,6 +15,7 @@ struct loom_checkpoint {
     json_t *text_config; /* borrowed from config */
     json_t *generation;  /* NULL when absent */
     loom_st *tensors;    /* NULL until loaded */
+    int bare;            /* made from a config alone: no directory */
 };
 
 loom_status loom_json_load_file(const char *path, json_t **out, loom_err *err)
@@ -87,9 +88,30 @@ fail:
     return rc;
 }
 
+loom_status loom_checkpoint_from_config(const char *name, json_t *config,
+                                        loom_checkpoint **out, loom_err *err)
+{
+    if (!json_is_object(config)) {
+        json_decref(config);
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "%s: config is not an object", name);
+    }
+    loom_checkpoint *c = calloc(1, sizeof *c);
+    if (!c) {
+        json_decref(config);
+        return loom_err_set(err, LOOM_ERR_NOMEM, "out of memory");
+    }
+    snprintf(c->dir, sizeof c->dir, "%s", name);
+    c->config = config;
+    c->text_config = config;
+    c->bare = 1;
+    *out = c;
+    return LOOM_OK;
+}
+
 loom_status loom_checkpoint_load_tensors(loom_checkpoint *ckpt, loom_err *err)
 {
-    if (ckpt->tensors)
+    if (ckpt->tensors || ckpt->bare)
         return LOOM_OK;
     return loom_st_open_dir(ckpt->dir, &ckpt->tensors, err);
 }

@@ -126,6 +126,20 @@ loom_status loom_drafter_absorb(const loom_drafter_ref *d,
                  err);
 }
 
+loom_status
+loom_drafter_absorb_tokens(const loom_drafter_ref *d, loom_drafter *drafter,
+                           loom_draft_stream *s, const int32_t *tokens,
+                           const int32_t *positions, int32_t n, loom_err *err)
+{
+    /* a 2.0 vtable ends before the member: never read past its size */
+    if (!LOOM_HAS_FIELD(d->size, loom_drafter_i, absorb_tokens) ||
+        !d->vt->absorb_tokens || n == 0)
+        return LOOM_OK;
+    current(d);
+    return named(d, d->vt->absorb_tokens(drafter, s, tokens, positions, n, err),
+                 err);
+}
+
 loom_status loom_drafter_draft(const loom_drafter_ref *d, loom_drafter *drafter,
                                loom_draft_stream *const *streams,
                                const int32_t *last, int32_t n_streams,

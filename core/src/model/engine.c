@@ -8,6 +8,7 @@
 
 #include <loom/checkpoint.h>
 #include <loom/host.h>
+#include <loom/drafter_arg.h>
 #include <loom/log.h>
 #include <loom/platform.h>
 #include <loom/safetensors.h>
@@ -52,12 +53,28 @@ static const char *claimed_by(const loom_registry *reg,
 static loom_status open_drafter(loom_engine *e,
                                 const loom_engine_params *params, loom_err *err)
 {
-    loom_status rc =
-        loom_checkpoint_open(params->drafter, &e->drafter_ckpt, err);
+    /* "ngram:n=3": a plugin named without a checkpoint, which opens with
+     * its options as config */
+    int named = loom__drafter_arg_is_name(params->drafter);
+    const char *force = params->drafter_plugin;
+    char plugin_name[128];
+    loom_status rc;
+    if (named) {
+        json_t *options = NULL;
+        rc = loom__drafter_arg_parse(params->drafter, plugin_name,
+                                     sizeof plugin_name, &options, err);
+        if (rc != LOOM_OK)
+            return rc;
+        rc = loom_checkpoint_from_config(params->drafter, options,
+                                         &e->drafter_ckpt, err);
+        force = plugin_name;
+    } else {
+        rc = loom_checkpoint_open(params->drafter, &e->drafter_ckpt, err);
+    }
     if (rc != LOOM_OK)
         return rc;
     const char *dir = loom_checkpoint_dir(e->drafter_ckpt);
-    if (!params->drafter_plugin &&
+    if (!named && !params->drafter_plugin &&
         loom_registry_kind_of(e->registry, e->drafter_ckpt) ==
             LOOM_PLUGIN_FAMILY)
         return loom_err_set(
@@ -66,12 +83,21 @@ static loom_status open_drafter(loom_engine *e,
             "drafter",
             dir, claimed_by(e->registry, e->drafter_ckpt, LOOM_PLUGIN_FAMILY));
     rc = loom_registry_select(e->registry, e->drafter_ckpt, LOOM_PLUGIN_DRAFTER,
-                              params->drafter_plugin, &e->drafter_plugin, err);
-    if (rc != LOOM_OK)
+                              force, &e->drafter_plugin, err);
+    if (rc != LOOM_OK) {
+        if (named)
+            loom_err_prefix(err, "--drafter %s: not a directory", dir);
         return rc;
+    }
     rc = loom_drafter_bind(e->drafter_plugin->plugin, &e->drafter_ref, err);
     if (rc != LOOM_OK)
         return rc;
+    if (named) {
+        rc = loom__drafter_arg_check(&e->drafter_ref, e->drafter_plugin->host,
+                                     e->drafter_ckpt, err);
+        if (rc != LOOM_OK)
+            return rc;
+    }
     e->drafter_ref.cu = e->family.cu;
     const char *name = e->drafter_ref.name;
     /* the lane verifies windows: the family must roll a cache back */

@@ -124,9 +124,15 @@ static loom_status try_plugin(loom_registry *reg, const char *path)
     /* an older minor's descriptor may be smaller than ours, a newer one's
      * bigger (its extra fields unread): it must hold the 2.0 fields */
     if (p->struct_size < PLUGIN_MIN_SIZE) {
+        /* the name, when the short descriptor holds it */
+        const char *who =
+            LOOM_HAS_FIELD(p->struct_size, loom_plugin, name) && p->name
+                ? p->name
+                : "(unnamed)";
         snprintf(why, sizeof why,
-                 "descriptor struct_size %u is smaller than ABI %d.0's %zu",
-                 p->struct_size, LOOM_ABI_MAJOR, (size_t)PLUGIN_MIN_SIZE);
+                 "%s: descriptor struct_size %u is smaller than ABI %d.0's "
+                 "%zu",
+                 who, p->struct_size, LOOM_ABI_MAJOR, (size_t)PLUGIN_MIN_SIZE);
         goto refuse;
     }
     if (!p->name || !*p->name || !p->probe || !p->get_interface ||
@@ -271,17 +277,22 @@ loom_status loom_registry_load(const char *const *extra_dirs, int n_extra,
         }
     }
 
+    /* beside the executable: plugins/ in a build tree, then the install
+     * layout's plugin directory relative to bin/, wherever the prefix is */
     char exe[1024];
     loom_err e;
     if (rc == LOOM_OK && loom_exe_dir(exe, sizeof exe, &e) == LOOM_OK) {
-        char beside[1100];
-        snprintf(beside, sizeof beside, "%s%cplugins", exe, loom_path_sep());
-        rc = add_dir(reg, beside);
-    }
-#ifdef LOOM_INSTALL_PLUGIN_DIR
-    if (rc == LOOM_OK)
-        rc = add_dir(reg, LOOM_INSTALL_PLUGIN_DIR);
+        char dir[1100];
+        snprintf(dir, sizeof dir, "%s%cplugins", exe, loom_path_sep());
+        rc = add_dir(reg, dir);
+#ifdef LOOM_PLUGIN_RELDIR
+        if (rc == LOOM_OK) {
+            snprintf(dir, sizeof dir, "%s%c%s", exe, loom_path_sep(),
+                     LOOM_PLUGIN_RELDIR);
+            rc = add_dir(reg, dir);
+        }
 #endif
+    }
     if (rc != LOOM_OK) {
         loom_registry_free(reg);
         return loom_err_set(err, rc, "plugin search path: %s",

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 2
-#define LOOM_ABI_MINOR 0
+#define LOOM_ABI_MINOR 1
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
@@ -717,6 +717,18 @@ typedef struct loom_drafter_i {
                                  loom_draft_stream *const *streams,
                                  const int32_t *last, int32_t n_streams,
                                  const loom_proposals *out, loom_err *err);
+
+    /* Since 2.1. The tokens of newly committed rows, tokens[i] at
+     * positions[i], i < n: the same rows, in the same order and at the
+     * same time, as absorb gets (prompt rows, then each window's kept
+     * rows), whether or not the drafter asked for taps. A first position
+     * below the stream's length replaces its tail. [optional: the drafter
+     * reads no tokens; a 2.0 core never calls it] [lane-thread] */
+    loom_status(LOOM_ABI *absorb_tokens)(loom_drafter *drafter,
+                                         loom_draft_stream *s,
+                                         const int32_t *tokens,
+                                         const int32_t *positions, int32_t n,
+                                         loom_err *err);
 } loom_drafter_i;
 
 /* ---------------------------------------------------------------- entry */
