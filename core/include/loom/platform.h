@@ -41,7 +41,13 @@ loom_pin_kind loom_map_pin(loom_map *map, loom_err *err);
 /* The copy loom_map_pin falls back on: the mapping's bytes moved into
  * anonymous memory at the same addresses (read-only, huge pages asked for). */
 loom_status loom_map_to_anon(loom_map *map, loom_err *err);
-const char *loom_pin_name(loom_pin_kind kind);
+/* The pin kind's name, for logs and `loom bench` ("mlock", ...). */
+static inline const char *loom_pin_name(loom_pin_kind kind)
+{
+    return kind == LOOM_PIN_MLOCK       ? "mlock"
+           : kind == LOOM_PIN_HUGE_COPY ? "huge-page copy"
+                                        : "none";
+}
 /* Physical memory in bytes (0 when unknown). */
 uint64_t loom_mem_total(void);
 

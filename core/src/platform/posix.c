@@ -171,18 +171,6 @@ loom_pin_kind loom_map_pin(loom_map *map, loom_err *err)
     return LOOM_PIN_NONE;
 }
 
-const char *loom_pin_name(loom_pin_kind kind)
-{
-    switch (kind) {
-    case LOOM_PIN_MLOCK:
-        return "mlock";
-    case LOOM_PIN_HUGE_COPY:
-        return "huge-page copy";
-    default:
-        return "none";
-    }
-}
-
 uint64_t loom_mem_total(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);

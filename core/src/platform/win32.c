@@ -261,6 +261,42 @@ loom_status loom_map_file(const char *path, loom_map *map, loom_err *err)
     return LOOM_OK;
 }
 
+/* Windows locks pages with VirtualLock, within the process's working set:
+ * it is grown to hold the mapping first. There is no mremap to move a copy
+ * onto the mapping's addresses, so the copy fallback is refused. */
+loom_status loom_map_to_anon(loom_map *map, loom_err *err)
+{
+    return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                        "no copy onto a mapping's addresses on Windows: the "
+                        "%llu-byte mapping stays as it is",
+                        (unsigned long long)(map ? map->size : 0));
+}
+
+loom_pin_kind loom_map_pin(loom_map *map, loom_err *err)
+{
+    if (!map || !map->data)
+        return LOOM_PIN_NONE;
+    SIZE_T lo = 0, hi = 0;
+    HANDLE self = GetCurrentProcess();
+    if (GetProcessWorkingSetSize(self, &lo, &hi)) {
+        SIZE_T n = (SIZE_T)map->size;
+        SetProcessWorkingSetSize(self, lo + n, hi + n);
+    }
+    if (VirtualLock((LPVOID)map->data, (SIZE_T)map->size))
+        return LOOM_PIN_MLOCK;
+    loom_err_set(err, LOOM_ERR_IO,
+                 "VirtualLock of %llu bytes failed (error %lu)",
+                 (unsigned long long)map->size, (unsigned long)GetLastError());
+    return LOOM_PIN_NONE;
+}
+
+uint64_t loom_mem_total(void)
+{
+    MEMORYSTATUSEX st;
+    st.dwLength = sizeof st;
+    return GlobalMemoryStatusEx(&st) ? (uint64_t)st.ullTotalPhys : 0;
+}
+
 void loom_unmap(loom_map *map)
 {
     if (!map)
