@@ -44,7 +44,7 @@ string(REGEX REPLACE "[^0-9]*([0-9]+)$" "\\1" abi_major "${abi_line}")
 math(EXPR abi_next "${abi_major} + 1")
 loom_cli_test(refusal_badabi 0 "libtp_badabi.dll: incompatible ABI ${abi_next}.0"
   plugins --plugin-path ${tp})
-loom_cli_test(refusal_smallstruct 0 "libtp_smallstruct.dll: descriptor struct_size 16"
+loom_cli_test(refusal_smallstruct 0 "libtp_smallstruct.dll: tp-small: descriptor struct_size 16"
   plugins --plugin-path ${tp})
 loom_cli_test(refusal_missinglib 0 "libtp_missinglib.dll: it needs libtp_dep.dll"
   plugins --plugin-path ${tp})
