@@ -23,6 +23,16 @@ loom_status q35_gpu_launch(const q35_gpu *g, loom_cu_function f, unsigned gx,
 {
     if (gx == 0 || gy == 0)
         return LOOM_OK;
+    if (g->pdl) {
+        loom_cu_launch_attr at;
+        memset(&at, 0, sizeof at);
+        at.id = LOOM_CU_LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
+        at.v.value = 1;
+        loom_cu_launch_config c = {gx, gy, 1, bx, 1, 1, smem, g->cu->stream,
+                                   &at, 1};
+        return q35_gpu_check(g, g->cu->launchKernelEx(&c, f, args, NULL), what,
+                             err);
+    }
     return q35_gpu_check(g,
                          g->cu->launchKernel(f, gx, gy, 1, bx, 1, 1, smem,
                                              g->cu->stream, args, NULL),
@@ -46,6 +56,14 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
         t[n].f = &F->linear[i];
         snprintf(t[n++].name, 32, "q35_linear_%s", dt[i]);
     }
+    static const char *const gd[2] = {"bf16", "f16"};
+    for (int i = 0; i < 2; i++)
+        for (int r = 0; r < 2; r++)
+            for (int u = 0; u < 2; u++) {
+                t[n].f = &F->gemv[i][r][u];
+                snprintf(t[n++].name, 32, "q35_gemv%d%s_%s", r ? 8 : 1,
+                         u ? "_glu" : "", gd[i]);
+            }
 #define Q35_FN(member, nm)                                                     \
     t[n].f = &F->member;                                                       \
     snprintf(t[n++].name, 32, "%s", nm)
@@ -117,6 +135,46 @@ static void q35_put_lin(q35_arena *a, const loom_weight *w, q35_gpu_lin *out)
     out->cols = (int32_t)w->cols;
 }
 
+/* n products of one input back to back, as one [sum rows, cols] product
+ * `cat` with each out[i] a view into it; placed one by one (cat.p = 0) when
+ * they differ in type or width, or one is missing or quantized. */
+static void q35_put_cat(q35_arena *a, const loom_weight *const *w, int n,
+                        q35_gpu_lin *const *out, q35_gpu_lin *cat)
+{
+    int same = 1;
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        same = same && w[i]->data && !w[i]->bits &&
+               w[i]->dtype == w[0]->dtype && w[i]->cols == w[0]->cols;
+        rows += w[i]->rows;
+    }
+    memset(cat, 0, sizeof *cat);
+    if (!same || rows > INT32_MAX) {
+        for (int i = 0; i < n; i++)
+            q35_put_lin(a, w[i], out[i]);
+        return;
+    }
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += q35_lin_bytes(w[i]);
+    loom_cu_ptr p = a->base + a->off;
+    a->off += (total + 255) / 256 * 256;
+    uint64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t b = q35_lin_bytes(w[i]);
+        if (!a->dry && a->st == LOOM_OK)
+            a->st = q35_gpu_check(a->g,
+                                  a->g->cu->memcpyHtoDAsync(p + at, w[i]->data,
+                                                            b, a->g->cu->stream),
+                                  "uploading weights", a->err);
+        *out[i] = (q35_gpu_lin){a->dry ? 0 : p + at, w[i]->dtype,
+                                (int32_t)w[i]->rows, (int32_t)w[i]->cols};
+        at += b;
+    }
+    *cat = (q35_gpu_lin){a->dry ? 0 : p, w[0]->dtype, (int32_t)rows,
+                         (int32_t)w[0]->cols};
+}
+
 /* n experts' weights (one of gate/up/down) back to back. */
 static void q35_put_experts(q35_arena *a, const q35_expert *ex, int64_t n,
                             size_t member, q35_gpu_lin *out)
@@ -171,10 +229,10 @@ static void q35_place_weights(loom_model *m, q35_arena *a)
             D->q_norm = q35_put_f(a, L->q_norm, G->head_dim);
             D->k_norm = q35_put_f(a, L->k_norm, G->head_dim);
         } else {
-            q35_put_lin(a, &L->in_qkv, &D->qkv);
-            q35_put_lin(a, &L->in_z, &D->z);
-            q35_put_lin(a, &L->in_b, &D->b);
-            q35_put_lin(a, &L->in_a, &D->a);
+            const loom_weight *in4[4] = {&L->in_qkv, &L->in_z, &L->in_b,
+                                         &L->in_a};
+            q35_gpu_lin *out4[4] = {&D->qkv, &D->z, &D->b, &D->a};
+            q35_put_cat(a, in4, 4, out4, &D->in);
             q35_put_lin(a, &L->in_qkvz, &D->qkvz);
             q35_put_lin(a, &L->in_ba, &D->ba);
             q35_put_lin(a, &L->out_proj, &D->out);
@@ -419,6 +477,8 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
         st = q35_gpu_functions(g, err);
     if (st != LOOM_OK)
         goto fail;
+    /* every kernel opens with Q35_PDL_ENTER (common.cuh) */
+    g->pdl = cu->cc_major >= 9 && cu->launchKernelEx != NULL;
     g->gdn_threads =
         (unsigned)((G->lin_dk + 31) / 32 * ((G->lin_dv + 31) / 32 * 32));
     g->lay = (q35_gpu_log){(int32_t)m->log.conv, (int32_t)m->log.k,

@@ -21,6 +21,9 @@ typedef struct q35_gpu_lin {
 typedef struct q35_gpu_layer {
     q35_gpu_lin q, k, v, o;                      /* attention */
     q35_gpu_lin qkv, z, b, a, qkvz, ba, out;     /* Gated DeltaNet */
+    /* qkv, z, b, a back to back (one product), or p 0 when they differ in
+     * type or width; the four above are views into it */
+    q35_gpu_lin in;
     q35_gpu_lin gate, up, down;                  /* dense MLP */
     q35_gpu_lin router, ex_gate, ex_up, ex_down; /* MoE, experts contiguous */
     q35_gpu_lin sh_gate, sh_up, sh_down, sh_gate_w;
@@ -32,6 +35,8 @@ typedef struct q35_gpu_layer {
 typedef struct q35_gpu_fns {
     loom_cu_function embed[3]; /* by weight dtype: bf16, f16, f32 */
     loom_cu_function linear[3];
+    /* the streaming form (linear.cu): [bf16, f16][1 row, 8 rows][SwiGLU] */
+    loom_cu_function gemv[2][2][2];
     loom_cu_function rmsnorm, conv, conv_restore, gdn_prep;
     loom_cu_function gdn_rec, gdn_replay;
     loom_cu_function attn_prep, attention, attn_combine;
@@ -94,6 +99,7 @@ typedef struct q35_gpu {
     q35_graph graphs[Q35_GRAPHS];
     int n_graphs;
     int no_graphs; /* capture failed once: run uncaptured from then on */
+    int pdl;       /* launches may overlap their predecessor's tail (sm_90) */
     /* per-round host tables (the rows by stream are m->plan's) */
     int32_t *dev_of; /* [max_rows] round row -> device row */
     int32_t *maps;   /* the output maps, grown with the taps */

@@ -61,25 +61,66 @@ static int q35_dt(loom_dtype t)
     return t == LOOM_DTYPE_BF16 ? 0 : t == LOOM_DTYPE_F16 ? 1 : 2;
 }
 
+/* Warps per output row of a product: enough warps to fill the chip, from
+ * the weight's shape alone (never the round's), so a row's summation
+ * order is the same in every launch. Rows counted in groups of 4, the
+ * streaming kernel's widest. */
+static int q35_wpr(int rows, int cols)
+{
+    int wpr = 1;
+    int64_t groups = ((int64_t)rows + 3) / 4;
+    while (wpr < 8 && groups * wpr < 4096 && cols >= 512 * wpr)
+        wpr *= 2;
+    return wpr;
+}
+
 /* y = W x over T rows (mode 0), y += W x (1), or y = silu(W x) * (W2 x)
- * (2); with sel, row t uses expert sel[t * sel_stride] of W (and W2). */
+ * (2); with sel, row t uses expert sel[t * sel_stride] of W (and W2); with
+ * nw, x is the residual stream and the product reads RMSNorm(x) * nw. */
 static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
                            const q35_gpu_lin *w2, loom_cu_ptr x, int ldx,
                            loom_cu_ptr y, int ldy, int T, int mode,
-                           loom_cu_ptr sel, int sel_stride)
+                           loom_cu_ptr sel, int sel_stride, loom_cu_ptr nw)
 {
     loom_cu_ptr wp = w->p, w2p = w2 ? w2->p : 0;
-    int rows = w->rows, cols = w->cols, tile = sel ? 1 : 8;
+    int rows = w->rows, cols = w->cols;
     long long estride = (long long)rows * cols;
-    /* warps per row: enough blocks to fill the chip; the weight's shape
-     * alone decides, so a row's summation order never depends on the round */
+    float eps = (float)R->m->g.eps;
+    int dt = q35_dt(w->dtype);
+    if (dt < 2 && cols % 8 == 0 && ldx % 4 == 0) {
+        int wpr = q35_wpr(rows, cols);
+        /* one token per block for experts (each row its own) and steps */
+        int many = T > 1 && !sel, glu = mode == 2;
+        int nt = many ? 8 : 1;
+        int rpw = many ? (glu ? 1 : 2) : (glu ? 2 : 4);
+        int64_t warps = ((int64_t)rows + rpw - 1) / rpw * wpr;
+        void *args[] = {&wp,  &w2p,   &x,    &ldx,  &y,          &ldy,
+                        &rows, &cols, &T,    &mode, &sel,        &sel_stride,
+                        &estride, &wpr, &nw, &eps};
+        return q35_gpu_launch(R->g, R->g->fn.gemv[dt][many][glu],
+                              (unsigned)((warps + 7) / 8),
+                              (unsigned)((T + nt - 1) / nt), 256, 0, args,
+                              "q35_gemv", R->err);
+    }
+    if (nw) {
+        /* the general kernel reads a normed copy */
+        loom_cu_ptr none = 0, xn = R->g->s.xn;
+        int H = cols;
+        void *na[] = {&x, &none, &xn, &nw, &H, &eps};
+        loom_status st = q35_gpu_launch(R->g, R->g->fn.rmsnorm, (unsigned)T, 1,
+                                        1024, 0, na, "q35_rmsnorm", R->err);
+        if (st != LOOM_OK)
+            return st;
+        x = xn;
+    }
+    int tile = sel ? 1 : 8;
     int wpr = 1;
     while (wpr < 8 && rows * wpr < 8192 && cols >= 64 * wpr)
         wpr *= 2;
     void *args[] = {&wp,   &w2p,  &x,          &ldx,     &y,
                     &ldy,  &rows, &cols,       &T,       &tile,
                     &mode, &sel,  &sel_stride, &estride, &wpr};
-    return q35_gpu_launch(R->g, R->g->fn.linear[q35_dt(w->dtype)],
+    return q35_gpu_launch(R->g, R->g->fn.linear[dt],
                           (unsigned)((rows * wpr + 7) / 8),
                           (unsigned)(T + tile - 1) / tile, 256, 0, args,
                           "q35_linear", R->err);
@@ -111,9 +152,10 @@ static loom_status q35_gpu_attention(const q35_run *R, q35_gpu_layer *L,
     int nh = (int)G->n_heads, nkv = (int)G->n_kv_heads, hd = (int)G->head_dim;
     int rot = (int)G->rot_dim, qw = 2 * nh * hd, kvw = nkv * hd;
     float eps = (float)G->eps;
-    Q35_LIN(&L->q, NULL, s->xn, H, s->big0, qw, T, 0, 0, 0);
-    Q35_LIN(&L->k, NULL, s->xn, H, s->big1, kvw, T, 0, 0, 0);
-    Q35_LIN(&L->v, NULL, s->xn, H, s->big2, kvw, T, 0, 0, 0);
+    /* each product norms the residual stream itself */
+    Q35_LIN(&L->q, NULL, s->h, H, s->big0, qw, T, 0, 0, 0, L->in_norm);
+    Q35_LIN(&L->k, NULL, s->h, H, s->big1, kvw, T, 0, 0, 0, L->in_norm);
+    Q35_LIN(&L->v, NULL, s->h, H, s->big2, kvw, T, 0, 0, 0, L->in_norm);
     loom_cu_ptr inv = R->g->inv_freq;
     Q35_LAUNCH(attn_prep, nh + nkv, T, 128, (unsigned)hd * 4, &s->big0,
                &s->big1, &s->big2, &L->q_norm, &L->k_norm, &inv, &s->streams,
@@ -123,7 +165,7 @@ static loom_status q35_gpu_attention(const q35_run *R, q35_gpu_layer *L,
                &s->rows, &slot, &nh, &nkv, &hd, &sp);
     Q35_LAUNCH(attn_combine, nh, T, 128, 0, &s->big0, &s->part, &s->o, &s->rows,
                &nh, &hd, &sp);
-    Q35_LIN(&L->o, NULL, s->o, nh * hd, s->h, H, T, 1, 0, 0);
+    Q35_LIN(&L->o, NULL, s->o, nh * hd, s->h, H, T, 1, 0, 0, 0);
     return LOOM_OK;
 }
 
@@ -139,36 +181,54 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
     int kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd, K = (int)G->conv_kernel;
     int n_lin = m->n_lin, log_size = g->lay.size, log_conv = g->lay.conv;
     float eps = (float)G->eps;
-    if (G->variant == Q35_VARIANT_NEXT) {
-        Q35_LIN(&L->qkvz, NULL, s->xn, H, s->big1, 2 * kd + 2 * vd, T, 0, 0, 0);
-        Q35_LIN(&L->ba, NULL, s->xn, H, s->big2, 2 * Hv, T, 0, 0, 0);
+    /* qkv | z | b | a: rows ld_in apart in one output (merged) or each in
+     * its own buffer */
+    loom_cu_ptr qkv = s->big0, zp = s->z, bp = s->b, ap = s->a;
+    int ld_in = cd, ldz = vd, ldab = Hv;
+    if (L->in.p) {
+        ld_in = ldz = ldab = L->in.rows;
+        qkv = s->big1;
+        zp = qkv + (uint64_t)cd * 4;
+        bp = zp + (uint64_t)vd * 4;
+        ap = bp + (uint64_t)Hv * 4;
+        Q35_LIN(&L->in, NULL, s->h, H, qkv, ld_in, T, 0, 0, 0, L->in_norm);
+    } else {
+        loom_cu_ptr none = 0;
+        loom_status st = q35_gpu_norm(R, s->h, none, s->xn, L->in_norm, T);
+        if (st != LOOM_OK)
+            return st;
+    }
+    if (!L->in.p && G->variant == Q35_VARIANT_NEXT) {
+        Q35_LIN(&L->qkvz, NULL, s->xn, H, s->big1, 2 * kd + 2 * vd, T, 0, 0, 0,
+                0);
+        Q35_LIN(&L->ba, NULL, s->xn, H, s->big2, 2 * Hv, T, 0, 0, 0, 0);
         Q35_LAUNCH(next_split, T, 1, 256, 0, &s->big1, &s->big2, &s->big0,
                    &s->z, &s->b, &s->a, &Hk, &Hv, &dk, &dv);
-    } else {
-        Q35_LIN(&L->qkv, NULL, s->xn, H, s->big0, cd, T, 0, 0, 0);
-        Q35_LIN(&L->z, NULL, s->xn, H, s->z, vd, T, 0, 0, 0);
-        Q35_LIN(&L->b, NULL, s->xn, H, s->b, Hv, T, 0, 0, 0);
-        Q35_LIN(&L->a, NULL, s->xn, H, s->a, Hv, T, 0, 0, 0);
+    } else if (!L->in.p) {
+        Q35_LIN(&L->qkv, NULL, s->xn, H, s->big0, cd, T, 0, 0, 0, 0);
+        Q35_LIN(&L->z, NULL, s->xn, H, s->z, vd, T, 0, 0, 0, 0);
+        Q35_LIN(&L->b, NULL, s->xn, H, s->b, Hv, T, 0, 0, 0, 0);
+        Q35_LIN(&L->a, NULL, s->xn, H, s->a, Hv, T, 0, 0, 0, 0);
     }
-    Q35_LAUNCH(conv, (cd + 127) / 128, R->ns, 128, 0, &s->big0, &s->conv_out,
+    Q35_LAUNCH(conv, (cd + 127) / 128, R->ns, 128, 0, &qkv, &s->conv_out,
                &L->conv_w, &s->streams, &s->rows, &slot, &cd, &K, &n_lin,
-               &log_size, &log_conv);
+               &log_size, &log_conv, &ld_in);
     q35_gpu_log lay = g->lay;
     unsigned prep = (unsigned)(32 * (2 * Hk < 32 ? 2 * Hk : 32));
-    Q35_LAUNCH(gdn_prep, T, 1, prep, 0, &s->conv_out, &s->a, &s->b, &s->decay,
+    Q35_LAUNCH(gdn_prep, T, 1, prep, 0, &s->conv_out, &ap, &bp, &s->decay,
                &s->beta, &L->neg_a, &L->dt_bias, &s->streams, &s->rows, &slot,
-               &Hk, &Hv, &dk, &dv, &n_lin, &lay);
+               &Hk, &Hv, &dk, &dv, &n_lin, &lay, &ldab);
     {
-        void *a[] = {&s->conv_out, &s->z,       &s->o, &s->decay, &s->beta,
-                     &L->gnorm,    &s->streams, &slot, &Hk,       &Hv,
-                     &dk,          &dv,         &eps};
+        void *a[] = {&s->conv_out, &zp,   &s->o, &s->decay, &s->beta,
+                     &L->gnorm,    &s->streams, &slot, &Hk,  &Hv,
+                     &dk,          &dv,         &eps,  &ldz};
         loom_status st =
             q35_gpu_launch(g, g->fn.gdn_rec, (unsigned)Hv, (unsigned)R->ns,
                            g->gdn_threads, 0, a, "q35_gdn_rec", R->err);
         if (st != LOOM_OK)
             return st;
     }
-    Q35_LIN(&L->out, NULL, s->o, vd, s->h, H, T, 1, 0, 0);
+    Q35_LIN(&L->out, NULL, s->o, vd, s->h, H, T, 1, 0, 0, 0);
     return LOOM_OK;
 }
 
@@ -177,8 +237,8 @@ static loom_status q35_gpu_mlp(const q35_run *R, q35_gpu_layer *L)
     const q35_geometry *G = &R->m->g;
     q35_gpu_scratch *s = &R->g->s;
     int T = R->T, H = (int)G->hidden, F = (int)G->ffn;
-    Q35_LIN(&L->gate, &L->up, s->xn, H, s->big0, F, T, 2, 0, 0);
-    Q35_LIN(&L->down, NULL, s->big0, F, s->h, H, T, 1, 0, 0);
+    Q35_LIN(&L->gate, &L->up, s->h, H, s->big0, F, T, 2, 0, 0, L->post_norm);
+    Q35_LIN(&L->down, NULL, s->big0, F, s->h, H, T, 1, 0, 0, 0);
     return LOOM_OK;
 }
 
@@ -190,7 +250,11 @@ static loom_status q35_gpu_moe(const q35_run *R, q35_gpu_layer *L)
     q35_gpu_scratch *s = &R->g->s;
     int T = R->T, H = (int)G->hidden, F = (int)G->moe_ffn;
     int E = (int)G->n_experts, K = (int)G->top_k, nt = G->norm_topk;
-    Q35_LIN(&L->router, NULL, s->xn, H, s->prob, E, T, 0, 0, 0);
+    loom_cu_ptr none = 0;
+    loom_status nst = q35_gpu_norm(R, s->h, none, s->xn, L->post_norm, T);
+    if (nst != LOOM_OK)
+        return nst;
+    Q35_LIN(&L->router, NULL, s->xn, H, s->prob, E, T, 0, 0, 0, 0);
     Q35_LAUNCH(moe_route, (T + 127) / 128, 1, 128, 0, &s->prob, &s->sel,
                &s->wsel, &T, &E, &K, &nt);
     loom_cu_ptr zero = 0;
@@ -198,16 +262,16 @@ static loom_status q35_gpu_moe(const q35_run *R, q35_gpu_layer *L)
                              R->g->cu->stream);
     for (int k = 0; k < K; k++) {
         loom_cu_ptr sel = s->sel + (uint64_t)k * 4;
-        Q35_LIN(&L->ex_gate, &L->ex_up, s->xn, H, s->big0, F, T, 2, sel, K);
-        Q35_LIN(&L->ex_down, NULL, s->big0, F, s->gout, H, T, 0, sel, K);
+        Q35_LIN(&L->ex_gate, &L->ex_up, s->xn, H, s->big0, F, T, 2, sel, K, 0);
+        Q35_LIN(&L->ex_down, NULL, s->big0, F, s->gout, H, T, 0, sel, K, 0);
         Q35_LAUNCH(moe_axpy, T, 1, 256, 0, &s->proj, &s->gout, &s->wsel, &k, &K,
                    &zero, &H);
     }
     if (G->shared_ffn > 0) {
         int S = (int)G->shared_ffn;
-        Q35_LIN(&L->sh_gate, &L->sh_up, s->xn, H, s->big0, S, T, 2, 0, 0);
-        Q35_LIN(&L->sh_down, NULL, s->big0, S, s->gout, H, T, 0, 0, 0);
-        Q35_LIN(&L->sh_gate_w, NULL, s->xn, H, s->shg, 1, T, 0, 0, 0);
+        Q35_LIN(&L->sh_gate, &L->sh_up, s->xn, H, s->big0, S, T, 2, 0, 0, 0);
+        Q35_LIN(&L->sh_down, NULL, s->big0, S, s->gout, H, T, 0, 0, 0, 0);
+        Q35_LIN(&L->sh_gate_w, NULL, s->xn, H, s->shg, 1, T, 0, 0, 0, 0);
         int k0 = 0;
         Q35_LAUNCH(moe_axpy, T, 1, 256, 0, &s->proj, &s->gout, &s->wsel, &k0,
                    &K, &s->shg, &H);
@@ -228,16 +292,12 @@ static loom_status q35_gpu_layers(const q35_run *R, int32_t n_logits,
     int H = (int)G->hidden;
     Q35_LAUNCH(embed[q35_dt(g->embed.dtype)], R->T, 1, 256, 0, &g->embed.p,
                &s->rows, &s->h, &H);
-    loom_cu_ptr none = 0;
     for (int64_t i = 0; i < G->n_layers; i++) {
         q35_gpu_layer *L = &g->layers[i];
-        loom_status st = q35_gpu_norm(R, s->h, none, s->xn, L->in_norm, R->T);
-        if (st == LOOM_OK)
-            st = m->w.layers[i].kind == 'A'
-                     ? q35_gpu_attention(R, L, m->slot[i])
-                     : q35_gpu_gdn(R, L, m->slot[i]);
-        if (st == LOOM_OK)
-            st = q35_gpu_norm(R, s->h, none, s->xn, L->post_norm, R->T);
+        /* the norms before the mixer and the MLP run inside their products */
+        loom_status st = m->w.layers[i].kind == 'A'
+                             ? q35_gpu_attention(R, L, m->slot[i])
+                             : q35_gpu_gdn(R, L, m->slot[i]);
         if (st == LOOM_OK)
             st = m->w.layers[i].moe ? q35_gpu_moe(R, L) : q35_gpu_mlp(R, L);
         if (st != LOOM_OK)
@@ -259,7 +319,8 @@ static loom_status q35_gpu_layers(const q35_run *R, int32_t n_logits,
         if (st != LOOM_OK)
             return st;
         int V = (int)G->vocab;
-        Q35_LIN(&g->lm_head, NULL, s->xn, H, s->logits, V, n_logits, 0, 0, 0);
+        Q35_LIN(&g->lm_head, NULL, s->xn, H, s->logits, V, n_logits, 0, 0, 0,
+                0);
     }
     return LOOM_OK;
 }
@@ -525,7 +586,7 @@ loom_status q35_gpu_head(loom_model *m, const loom_view *hidden, int32_t n,
             st = q35_gpu_norm(Rn, g->s.h, 0, g->s.xn, g->norm, k);
         if (st == LOOM_OK)
             st = q35_lin(Rn, &g->lm_head, NULL, g->s.xn, (int)H, g->s.logits,
-                         (int)V, k, 0, 0, 0);
+                         (int)V, k, 0, 0, 0, 0);
         loom_view part = *logits;
         part.data = (float *)logits->data + (int64_t)i0 * logits->strides[0];
         if (st == LOOM_OK)

@@ -326,6 +326,55 @@ __device__ static void logprobs(const float *raw, int32_t V, int32_t token,
 
 // ---------------------------------------------------------------- kernels
 
+// A row that is a plain argmax: temperature 0, no bias, no penalty that
+// changes a logit, a vocabulary of 256 or more. Its argmax is split over blocks (one block cannot read
+// the vocabulary at the memory's rate), each block's best kept in `part`.
+__device__ static bool plain_argmax(const loom__ds_row &r, int32_t V)
+{
+    // the parts live in the row's mass buffer (V doubles)
+    if (V < 2 * LOOM__DS_PARTS)
+        return false;
+    bool pen = r.n_pen > 0 && (r.repeat_penalty != 1.0f || r.presence != 0.0f ||
+                               r.frequency != 0.0f);
+    return r.temperature == 0.0f && r.n_bias == 0 && !pen;
+}
+
+struct part_best {
+    double best;
+    int32_t id, pad;
+};
+
+// Grid (rows, LOOM__DS_PARTS): block b takes the b-th slice of the row's
+// logits and keeps its (value desc, id asc) best; the max of the slices'
+// bests is the host's argmax whatever the slicing.
+extern "C" __global__ void __launch_bounds__(NT)
+    loom_sample_argmax_part(const loom__ds_row *rows, const float *logits,
+                            int64_t ld, int32_t V, double *mass)
+{
+    __shared__ red_shared sh;
+    const loom__ds_row r = rows[blockIdx.x];
+    if (!plain_argmax(r, V))
+        return;
+    const float *raw = logits + (int64_t)r.logits_row * ld;
+    int32_t per = (V + LOOM__DS_PARTS - 1) / LOOM__DS_PARTS;
+    int32_t t0 = (int32_t)blockIdx.y * per;
+    int32_t t1 = t0 + per < V ? t0 + per : V;
+    double best = 0.0;
+    int32_t id = -1;
+    for (int32_t t = t0 + threadIdx.x; t < t1; t += NT)
+        if (id < 0 || (double)raw[t] > best) {
+            best = (double)raw[t];
+            id = t;
+        }
+    id = block_argmax(best, id, &sh);
+    // block_argmax returns the id; its value is the logit itself
+    if (threadIdx.x == 0) {
+        part_best *p = reinterpret_cast<part_best *>(mass + (int64_t)blockIdx.x * V);
+        p[blockIdx.y].best = id >= 0 ? (double)raw[id] : 0.0;
+        p[blockIdx.y].id = id;
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(NT)
     loom_sample_rows(const loom__ds_row *rows, const float *logits, int64_t ld,
                      int32_t V, const loom__ds_bias *bias,
@@ -340,7 +389,8 @@ extern "C" __global__ void __launch_bounds__(NT)
     double *ms = mass + (int64_t)blockIdx.x * V;
     loom__ds_out *o = out + blockIdx.x;
 
-    for (int32_t t = threadIdx.x; t < V; t += NT)
+    // a plain argmax reads the raw logits (loom_sample_argmax_part)
+    for (int32_t t = threadIdx.x; !plain_argmax(r, V) && t < V; t += NT)
         w[t] = raw[t];
     __syncthreads();
     // bias in list order (a token listed twice adds twice, as on the host)
@@ -365,7 +415,12 @@ extern "C" __global__ void __launch_bounds__(NT)
     __syncthreads();
 
     int32_t token;
-    if (r.temperature == 0.0f) {
+    if (plain_argmax(r, V)) {
+        const part_best *p = reinterpret_cast<const part_best *>(ms);
+        int k = threadIdx.x;
+        token = block_argmax(k < LOOM__DS_PARTS ? p[k].best : 0.0,
+                             k < LOOM__DS_PARTS ? p[k].id : -1, &sh);
+    } else if (r.temperature == 0.0f) {
         double best = 0.0;
         int32_t id = -1;
         for (int32_t t = threadIdx.x; t < V; t += NT)

@@ -8,6 +8,7 @@
 
 #define LOOM__DS_THREADS 1024 /* one block per row */
 #define LOOM__DS_TOP     20   /* LOOM_MAX_TOP_LOGPROBS */
+#define LOOM__DS_PARTS   128  /* blocks of a plain argmax row, <= threads */
 
 typedef struct loom__ds_row {
     uint64_t seed;

@@ -14,7 +14,7 @@
 struct loom_cuda_sampler {
     const loom_cuda *cu;
     loom_cu_module mod;
-    loom_cu_function f_rows, f_verify;
+    loom_cu_function f_rows, f_verify, f_part;
     int32_t vocab, max_rows, max_list;
     loom_cu_ptr d_work, d_mass, d_in, d_out;
     uint64_t work_bytes, mass_bytes, in_bytes, out_bytes;
@@ -83,6 +83,9 @@ loom_status loom_cuda_sampler_new(const loom_cuda *cu, int32_t vocab,
     r = cu->moduleGetFunction(&s->f_rows, s->mod, "loom_sample_rows");
     if (r == 0)
         r = cu->moduleGetFunction(&s->f_verify, s->mod, "loom_verify_windows");
+    if (r == 0)
+        r = cu->moduleGetFunction(&s->f_part, s->mod,
+                                  "loom_sample_argmax_part");
     if ((st = loom_cuda_check(cu, r, "device sampler: cuModuleGetFunction",
                               err)) != LOOM_OK)
         goto fail;
@@ -235,6 +238,10 @@ static loom_status run(loom_cuda_sampler *s, loom_cu_ptr logits, int64_t ld,
     int32_t V = s->vocab;
     void *args[] = {&d_rows, &logits,    &ld,        &V,     &d_bias,
                     &d_pen,  &s->d_work, &s->d_mass, &d_outs};
+    void *pargs[] = {&d_rows, &logits, &ld, &V, &s->d_mass};
+    CK(cu->launchKernel(s->f_part, (unsigned)n, LOOM__DS_PARTS, 1,
+                        LOOM__DS_THREADS, 1, 1, 0, stream, pargs, NULL),
+       "device sampler: loom_sample_argmax_part");
     CK(cu->launchKernel(s->f_rows, (unsigned)n, 1, 1, LOOM__DS_THREADS, 1, 1, 0,
                         stream, args, NULL),
        "device sampler: loom_sample_rows");

@@ -27,6 +27,7 @@ q35_attn_prep(float *qg, const float *kb, const float *vb, const float *q_norm,
               const q35_gpu_stream *streams, const q35_gpu_row *rows, int slot,
               int nh, int nkv, int hd, int rot, float eps)
 {
+    Q35_PDL_ENTER();
     extern __shared__ float sm[]; // hd floats
     __shared__ float red[32];
     int hs = blockIdx.x, t = blockIdx.y;
@@ -98,6 +99,7 @@ extern "C" __global__ void q35_attention(const float *qg, float *part,
                                          const q35_gpu_row *rows, int slot,
                                          int nh, int nkv, int hd, int splits)
 {
+    Q35_PDL_ENTER();
     __shared__ float sq[Q35_ATTN_ND * 32];
     __shared__ float wm[Q35_ATTN_WARPS], wl[Q35_ATTN_WARPS];
     __shared__ float wacc[Q35_ATTN_WARPS][Q35_ATTN_ND * 32];
@@ -187,6 +189,7 @@ extern "C" __global__ void q35_attn_combine(const float *qg, const float *part,
                                             float *o, const q35_gpu_row *rows,
                                             int nh, int hd, int splits)
 {
+    Q35_PDL_ENTER();
     __shared__ float fs[Q35_ATTN_SPLITS];
     __shared__ float inv_l;
     int h = blockIdx.x, t = blockIdx.y;

@@ -11,6 +11,61 @@
 
 #include "gpu_kernels.h"
 
+// Programmatic dependent launch (sm_90): every kernel of the plugin is
+// launched so that it may start while the one before it drains. It waits
+// for that one (and, as each waited for its own, all before it) to finish
+// before it touches anything an earlier kernel writes; what it does before
+// the wait reads weights only. Every kernel opens with Q35_PDL_ENTER, or
+// with q35_pdl_allow and later q35_pdl_wait, on every path.
+__device__ __forceinline__ void q35_pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void q35_pdl_allow()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+#define Q35_PDL_ENTER()                                                        \
+    do {                                                                       \
+        q35_pdl_allow();                                                       \
+        q35_pdl_wait();                                                        \
+    } while (0)
+
+// 16 bytes of weights, streamed: not kept in L1, where the activations are.
+__device__ __forceinline__ uint4 q35_ldw(const void *p)
+{
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+// Eight BF16 or F16 weights from their raw 16 bytes, as float32.
+__device__ __forceinline__ void q35_cvt8(uint4 u, const uint16_t *, float *o)
+{
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        o[2 * i] = __uint_as_float(w[i] << 16);
+        o[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void q35_cvt8(uint4 u, const __half *, float *o)
+{
+    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __half22float2(h[i]);
+        o[2 * i] = f.x;
+        o[2 * i + 1] = f.y;
+    }
+}
+
 // BF16 -> float32 is exact (the upper half of the float's bits).
 __device__ __forceinline__ float q35_ld(const uint16_t *p, int64_t i)
 {

@@ -1,5 +1,5 @@
 // The causal depthwise conv1d of the Gated DeltaNet layers (K taps, no
-// bias, SiLU after), one thread per channel, each stream's rows in order
+// bias, SiLU after; input rows ldx apart), one thread per channel, each stream's rows in order
 // over its conv tail (the last K-1 pre-activation inputs, oldest first).
 // Rounding: s = sum_j w[j] * in[j] in float32, taps oldest first, as the CPU
 // path; the tail is copied, never rounded.
@@ -11,8 +11,9 @@ extern "C" __global__ void q35_conv(const float *x, float *y, const float *w,
                                     const q35_gpu_stream *streams,
                                     const q35_gpu_row *rows, int slot, int cd,
                                     int K, int n_lin, int log_size,
-                                    int log_conv)
+                                    int log_conv, int ldx)
 {
+    Q35_PDL_ENTER();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cd)
         return;
@@ -35,7 +36,7 @@ extern "C" __global__ void q35_conv(const float *x, float *y, const float *w,
                 if (j < kt)
                     snap[(int64_t)j * cd + c] = t[j];
         }
-        float xv = x[(int64_t)row * cd + c];
+        float xv = x[(int64_t)row * ldx + c];
         int li = rows[row].log;
         if (li >= 0) {
             float *log = reinterpret_cast<float *>(st.log) +
@@ -74,6 +75,7 @@ extern "C" __global__ void q35_conv_restore(float *conv, const float *snap,
                                             int K, int n_lin, int log_size,
                                             int log_conv)
 {
+    Q35_PDL_ENTER();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     int l = blockIdx.y;
     if (c >= cd)

@@ -9,6 +9,7 @@ extern "C" __global__ void q35_gather(const float *src, int lds,
                                       const int *smap, float *dst, int ldd,
                                       const int *dmap, int n)
 {
+    Q35_PDL_ENTER();
     int b = blockIdx.x;
     const float *s = src + (int64_t)smap[b] * lds;
     float *d = dst + (int64_t)dmap[b] * ldd;
@@ -19,6 +20,7 @@ extern "C" __global__ void q35_gather(const float *src, int lds,
 // y += x over n floats.
 extern "C" __global__ void q35_add(float *y, const float *x, long long n)
 {
+    Q35_PDL_ENTER();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         y[i] = __fadd_rn(y[i], x[i]);
@@ -32,6 +34,7 @@ extern "C" __global__ void q35_next_split(const float *qkvz, const float *ba,
                                           float *a, int Hk, int Hv, int dk,
                                           int dv)
 {
+    Q35_PDL_ENTER();
     int t = blockIdx.x;
     int r = Hv / Hk, kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd;
     int gw = 2 * dk + 2 * r * dv;
@@ -67,6 +70,7 @@ extern "C" __global__ void q35_moe_route(const float *logit, int *sel,
                                          float *wsel, int T, int E, int K,
                                          int norm_topk)
 {
+    Q35_PDL_ENTER();
     int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= T)
         return;
@@ -119,6 +123,7 @@ extern "C" __global__ void q35_moe_axpy(float *y, const float *x,
                                         const float *wsel, int k, int K,
                                         const float *gate, int H)
 {
+    Q35_PDL_ENTER();
     int t = blockIdx.x;
     float a = gate ? q35_sigmoid(gate[t]) : wsel[(int64_t)t * K + k];
     for (int i = threadIdx.x; i < H; i += blockDim.x) {

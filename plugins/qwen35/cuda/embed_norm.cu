@@ -16,16 +16,19 @@ __device__ void q35_embed_body(const W *table, const q35_gpu_row *rows,
 extern "C" __global__ void
 q35_embed_bf16(const uint16_t *table, const q35_gpu_row *rows, float *h, int H)
 {
+    Q35_PDL_ENTER();
     q35_embed_body(table, rows, h, H);
 }
 extern "C" __global__ void
 q35_embed_f16(const __half *table, const q35_gpu_row *rows, float *h, int H)
 {
+    Q35_PDL_ENTER();
     q35_embed_body(table, rows, h, H);
 }
 extern "C" __global__ void
 q35_embed_f32(const float *table, const q35_gpu_row *rows, float *h, int H)
 {
+    Q35_PDL_ENTER();
     q35_embed_body(table, rows, h, H);
 }
 
@@ -37,6 +40,7 @@ extern "C" __global__ void q35_rmsnorm(const float *x, const int *map,
                                        float *out, const float *w, int n,
                                        float eps)
 {
+    Q35_PDL_ENTER();
     __shared__ float red[32];
     int b = blockIdx.x;
     const float *xr = x + (int64_t)(map ? map[b] : b) * n;

@@ -4,7 +4,7 @@
 // rows that commit uses. The state is float32 throughout.
 #include "common.cuh"
 
-// Per row, one block of 128 threads: q and k heads l2-normalised in place
+// Per row (a and b rows ldab apart), one block of 128 threads: q and k heads l2-normalised in place
 // (q also scaled by dk^-0.5), decay = exp(-exp(A_log) softplus(a + dt_bias)),
 // beta = sigmoid(b); a speculative row logs k, v, decay and beta.
 // Rounding: the sum of squares in float32 over a warp (fixed butterfly),
@@ -13,8 +13,10 @@ extern "C" __global__ void
 q35_gdn_prep(float *y, const float *a, const float *b, float *decay,
              float *beta, const float *neg_a, const float *dt_bias,
              const q35_gpu_stream *streams, const q35_gpu_row *rows, int slot,
-             int Hk, int Hv, int dk, int dv, int n_lin, q35_gpu_log lay)
+             int Hk, int Hv, int dk, int dv, int n_lin, q35_gpu_log lay,
+             int ldab)
 {
+    Q35_PDL_ENTER();
     int t = blockIdx.x;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int nw = blockDim.x >> 5;
@@ -34,10 +36,10 @@ q35_gdn_prep(float *y, const float *a, const float *b, float *decay,
         }
     }
     for (int h = threadIdx.x; h < Hv; h += blockDim.x) {
-        float av = __fadd_rn(a[(int64_t)t * Hv + h], dt_bias[h]);
+        float av = __fadd_rn(a[(int64_t)t * ldab + h], dt_bias[h]);
         decay[(int64_t)t * Hv + h] =
             expf(__fmul_rn(neg_a[h], q35_softplus(av)));
-        beta[(int64_t)t * Hv + h] = q35_sigmoid(b[(int64_t)t * Hv + h]);
+        beta[(int64_t)t * Hv + h] = q35_sigmoid(b[(int64_t)t * ldab + h]);
     }
     int li = rows[t].log;
     if (li < 0)
@@ -143,14 +145,16 @@ __device__ __forceinline__ void q35_gdn_store(const float *s, float *S, int dk,
 
 // The recurrence over each stream's rows in order: block (value head h,
 // stream) of P * vw threads. Output o_j = S^T q, then the gated RMSNorm
-// over the head's dv outputs: (w_j * (o_j * r)) * silu(z_j), r = 1 /
+// over the head's dv outputs: (w_j * (o_j * r)) * silu(z_j) (z rows ldz
+// apart), r = 1 /
 // sqrtf(mean(o^2) + eps), the mean from q35_block_sum (fixed order).
 extern "C" __global__ void __launch_bounds__(512)
     q35_gdn_rec(const float *y, const float *z, float *o, const float *decay,
                 const float *beta, const float *gnorm,
                 const q35_gpu_stream *streams, int slot, int Hk, int Hv, int dk,
-                int dv, float eps)
+                int dv, float eps, int ldz)
 {
+    Q35_PDL_ENTER();
     __shared__ float sq[256], sk[256], part[512], red[32];
     q35_gdn_shape sh = q35_gdn_shape_of(dk, dv);
     int h = blockIdx.x, j = sh.j;
@@ -183,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(512)
         if (out) {
             int64_t at = (int64_t)row * vd + h * dv + j;
             o[at] = __fmul_rn(__fmul_rn(gnorm[j], __fmul_rn(oj, r)),
-                              q35_silu(z[at]));
+                              q35_silu(z[(int64_t)row * ldz + h * dv + j]));
         }
     }
     q35_gdn_store(s, S, dk, dv, sh);
@@ -196,6 +200,7 @@ extern "C" __global__ void __launch_bounds__(512)
     q35_gdn_replay(float *state, const float *snap, const float *log, int kept,
                    int Hk, int Hv, int dk, int dv, int n_lin, q35_gpu_log lay)
 {
+    Q35_PDL_ENTER();
     __shared__ float sk[256], part[512];
     q35_gdn_shape sh = q35_gdn_shape_of(dk, dv);
     int h = blockIdx.x, l = blockIdx.y;

@@ -152,6 +152,7 @@ __device__ void q35_linear_body(const W *w, const W *w2, const float *x,
         int rows, int cols, int T, int tile, int mode, const int *sel,         \
         int sel_stride, long long estride, int wpr)                            \
     {                                                                          \
+        Q35_PDL_ENTER();                                                       \
         q35_linear_body(w, w2, x, ldx, y, ldy, rows, cols, T, tile, mode, sel, \
                         sel_stride, (int64_t)estride, wpr);                    \
     }
@@ -159,3 +160,185 @@ __device__ void q35_linear_body(const W *w, const W *w2, const float *x,
 Q35_LINEAR(q35_linear_bf16, uint16_t)
 Q35_LINEAR(q35_linear_f16, __half)
 Q35_LINEAR(q35_linear_f32, float)
+
+// The streaming form for BF16 and F16 weights whose rows are a multiple of
+// 8 long: each warp takes RPW consecutive output rows (SwiGLU: RPW rows of
+// w and of w2), so each activation load feeds RPW weight rows, and keeps
+// the next chunks' weights in flight while it multiplies the current ones.
+// The first chunks are loaded before the wait for the kernel before (they
+// are weights, never written by a forward). With nw, x is the residual
+// stream and the kernel applies the RMSNorm itself: r[t] = 1 / sqrtf(ss /
+// cols + eps), ss summed per thread over columns tid, tid + 256, ... and
+// then over the block (q35_block_sum), x' = (x r) nw rounded per multiply.
+//
+// A row's sum is taken in the order of q35_linear_body for the same wpr
+// (wpr is the host's, from the weight's shape alone): lane chunks in column
+// order, the 8 of a chunk in order, the butterfly, the parts in order. So
+// NT = 1 and NT = 8 launches give a row the same bits.
+template <typename W, int NT, int RPW, bool GLU>
+__device__ __forceinline__ void
+q35_gemv_body(const W *w, const W *w2, const float *x, int ldx, float *y,
+              int ldy, int rows, int cols, int T, int mode, const int *sel,
+              int sel_stride, int64_t estride, int wpr, const float *nw,
+              float eps)
+{
+    constexpr int S = GLU ? 2 * RPW : RPW; // weight rows a warp streams
+    constexpr int U = NT == 1 ? 2 : 1;     // chunks per lane in flight
+    __shared__ float red[8][S][NT];
+    __shared__ float rs[NT], bred[32];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int part = warp % wpr;
+    int r0 = (blockIdx.x * (8 / wpr) + warp / wpr) * RPW;
+    int t0 = blockIdx.y * NT;
+    int nt = min(NT, T - t0);
+    q35_pdl_allow();
+    // MoE: the expert comes from the kernel before
+    if (sel)
+        q35_pdl_wait();
+    const W *wp[S];
+    bool ok[S];
+#pragma unroll
+    for (int j = 0; j < RPW; j++) {
+        int r = r0 + j;
+        ok[j] = r < rows && nt > 0;
+        int64_t off = ok[j] ? (int64_t)r * cols : 0;
+        if (sel && ok[j])
+            off += (int64_t)sel[(int64_t)t0 * sel_stride] * estride;
+        wp[j] = w + off;
+        if (GLU) {
+            ok[RPW + j] = ok[j];
+            wp[RPW + j] = w2 + off;
+        }
+    }
+    int step = 256 * wpr;
+    int c0 = part * 256 + lane * 8;
+    uint4 cur[U][S];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int j = 0; j < S; j++)
+            cur[u][j] = ok[j] && c0 + u * step < cols ? q35_ldw(wp[j] + c0 + u * step)
+                                                     : make_uint4(0, 0, 0, 0);
+    q35_pdl_wait();
+    if (nw) {
+        for (int k = 0; k < NT; k++) {
+            float ss = 0.0f;
+            if (k < nt) {
+                const float *xr = x + (int64_t)(t0 + k) * ldx;
+                for (int i = threadIdx.x; i < cols; i += blockDim.x)
+                    ss = fmaf(xr[i], xr[i], ss);
+            }
+            ss = q35_block_sum(ss, bred);
+            if (threadIdx.x == 0)
+                rs[k] = 1.0f / sqrtf(ss / (float)cols + eps);
+        }
+        __syncthreads();
+    }
+    float acc[S][NT];
+#pragma unroll
+    for (int j = 0; j < S; j++)
+#pragma unroll
+        for (int k = 0; k < NT; k++)
+            acc[j][k] = 0.0f;
+    for (int c = c0; c < cols; c += U * step) {
+        uint4 nxt[U][S];
+        bool more = c + U * step < cols;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int j = 0; j < S; j++) {
+                int cc = c + (U + u) * step;
+                nxt[u][j] = more && ok[j] && cc < cols ? q35_ldw(wp[j] + cc)
+                                                       : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int cc = c + u * step;
+            if (cc >= cols)
+                break;
+            float wv[S][8];
+#pragma unroll
+            for (int j = 0; j < S; j++)
+                q35_cvt8(cur[u][j], w, wv[j]);
+#pragma unroll
+            for (int k = 0; k < NT; k++) {
+                if (k >= nt)
+                    break;
+                const float *xr = x + (int64_t)(t0 + k) * ldx + cc;
+                float4 a = __ldg(reinterpret_cast<const float4 *>(xr));
+                float4 b = __ldg(reinterpret_cast<const float4 *>(xr + 4));
+                float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+                if (nw) {
+                    float4 ga = __ldg(reinterpret_cast<const float4 *>(nw + cc));
+                    float4 gb =
+                        __ldg(reinterpret_cast<const float4 *>(nw + cc + 4));
+                    float gv[8] = {ga.x, ga.y, ga.z, ga.w,
+                                   gb.x, gb.y, gb.z, gb.w};
+                    float r = rs[k];
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        xv[i] = __fmul_rn(__fmul_rn(xv[i], r), gv[i]);
+                }
+#pragma unroll
+                for (int j = 0; j < S; j++)
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        acc[j][k] = fmaf(wv[j][i], xv[i], acc[j][k]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int j = 0; j < S; j++)
+                cur[u][j] = nxt[u][j];
+    }
+#pragma unroll
+    for (int j = 0; j < S; j++)
+#pragma unroll
+        for (int k = 0; k < NT; k++) {
+            float s = q35_warp_sum(acc[j][k]);
+            if (lane == 0)
+                red[warp][j][k] = s;
+        }
+    __syncthreads();
+    // lane l of a row group's first warp finishes (row j, token k) = l
+    if (part != 0)
+        return;
+    int j = lane / NT, k = lane % NT;
+    if (lane >= RPW * NT || k >= nt || r0 + j >= rows)
+        return;
+    float s = red[warp][j][k];
+    for (int q = 1; q < wpr; q++)
+        s = __fadd_rn(s, red[warp + q][j][k]);
+    float *o = y + (int64_t)(t0 + k) * ldy + r0 + j;
+    if (GLU) {
+        float s2 = red[warp][RPW + j][k];
+        for (int q = 1; q < wpr; q++)
+            s2 = __fadd_rn(s2, red[warp + q][RPW + j][k]);
+        *o = __fmul_rn(q35_silu(s), s2);
+    } else if (mode == 1) {
+        *o = __fadd_rn(*o, s);
+    } else {
+        *o = s;
+    }
+}
+
+#define Q35_GEMV(name, W, NT, RPW, GLU)                                        \
+    extern "C" __global__ void __launch_bounds__(256) name(                    \
+        const W *w, const W *w2, const float *x, int ldx, float *y, int ldy,   \
+        int rows, int cols, int T, int mode, const int *sel, int sel_stride,   \
+        long long estride, int wpr, const float *nw, float eps)                \
+    {                                                                          \
+        q35_gemv_body<W, NT, RPW, GLU>(w, w2, x, ldx, y, ldy, rows, cols, T,   \
+                                       mode, sel, sel_stride,                  \
+                                       (int64_t)estride, wpr, nw, eps);        \
+    }
+
+Q35_GEMV(q35_gemv1_bf16, uint16_t, 1, 4, false)
+Q35_GEMV(q35_gemv1_glu_bf16, uint16_t, 1, 2, true)
+Q35_GEMV(q35_gemv8_bf16, uint16_t, 8, 2, false)
+Q35_GEMV(q35_gemv8_glu_bf16, uint16_t, 8, 1, true)
+Q35_GEMV(q35_gemv1_f16, __half, 1, 4, false)
+Q35_GEMV(q35_gemv1_glu_f16, __half, 1, 2, true)
+Q35_GEMV(q35_gemv8_f16, __half, 8, 2, false)
+Q35_GEMV(q35_gemv8_glu_f16, __half, 8, 1, true)
