@@ -64,12 +64,6 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
                 snprintf(t[n++].name, 32, "q35_gemv%d%s_%s", r ? 8 : 1,
                          u ? "_glu" : "", gd[i]);
             }
-    for (int r = 0; r < 2; r++)
-        for (int u = 0; u < 2; u++) {
-            t[n].f = &F->mma[r][u];
-            snprintf(t[n++].name, 32, "q35_mma%d%s", r ? 2 : 1,
-                     u ? "_glu" : "");
-        }
 #define Q35_FN(member, nm)                                                     \
     t[n].f = &F->member;                                                       \
     snprintf(t[n++].name, 32, "%s", nm)
@@ -96,17 +90,6 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
                                 "qwen35 cuda: kernel %s: %s", t[i].name,
                                 g->cu->error_name(g->cu, r));
     }
-    /* 8: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
-    for (int r = 0; r < 2; r++)
-        for (int u = 0; u < 2; u++) {
-            loom_cu_result e =
-                g->cu->funcSetAttribute(F->mma[r][u], 8, Q35_MMA_SMEM);
-            if (e != 0)
-                return loom_err_set(err, LOOM_ERR_DEVICE,
-                                    "qwen35 cuda: %d bytes of shared memory "
-                                    "for the products: %s",
-                                    Q35_MMA_SMEM, g->cu->error_name(g->cu, e));
-        }
     return LOOM_OK;
 }
 

@@ -31,18 +31,12 @@ typedef struct q35_gpu_layer {
     loom_cu_ptr conv_w, neg_a, dt_bias, gnorm;
 } q35_gpu_layer;
 
-/* Dynamic shared memory the tensor-core products may take (their staged
- * activations), set on the kernels at open. */
-#define Q35_MMA_SMEM (96 * 1024)
-
 /* The kernels, by name in the fatbin. */
 typedef struct q35_gpu_fns {
     loom_cu_function embed[3]; /* by weight dtype: bf16, f16, f32 */
     loom_cu_function linear[3];
     /* the streaming form (linear.cu): [bf16, f16][1 row, 8 rows][SwiGLU] */
     loom_cu_function gemv[2][2][2];
-    /* the tensor-core form (mma.cu), BF16: [16 tokens, 32][SwiGLU] */
-    loom_cu_function mma[2][2];
     loom_cu_function rmsnorm, conv, conv_restore, gdn_prep;
     loom_cu_function gdn_rec, gdn_replay;
     loom_cu_function attn_prep, attention, attn_combine;

@@ -87,26 +87,6 @@ static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
     long long estride = (long long)rows * cols;
     float eps = (float)R->m->g.eps;
     int dt = q35_dt(w->dtype);
-    if (dt == 0 && cols % 32 == 0 && ldx % 4 == 0 && !sel) {
-        /* parts per tile of 8 rows: enough warps to fill the chip, from the
-         * weight's shape alone */
-        int tiles = (rows + 7) / 8, P = 1;
-        while (P < 8 && tiles * P < 4096 && cols / 32 >= 8 * P)
-            P *= 2;
-        int glu = mode == 2, wide = T > 16, per = wide ? 32 : 16;
-        /* a block's activations split once into shared memory when they
-         * fit (the same values either way) */
-        int64_t ntok = T < per ? T : per;
-        int64_t smem = ntok * (cols * 6 + 16); /* mma.cu's Q35_XS_PAD */
-        int staged = smem <= Q35_MMA_SMEM;
-        void *args[] = {&wp,   &w2p, &x,    &ldx, &y,  &ldy, &rows,
-                        &cols, &T,   &mode, &P,   &nw, &eps, &staged};
-        return q35_gpu_launch(R->g, R->g->fn.mma[wide][glu],
-                              (unsigned)((tiles + 8 / P - 1) / (8 / P)),
-                              (unsigned)((T + per - 1) / per), 256,
-                              staged ? (unsigned)smem : 0, args, "q35_mma",
-                              R->err);
-    }
     if (dt < 2 && cols % 8 == 0 && ldx % 4 == 0) {
         int wpr = q35_wpr(rows, cols);
         /* one token per block for experts (each row its own) and steps */
