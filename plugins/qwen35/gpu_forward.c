@@ -92,7 +92,7 @@ static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
         /* one token per block for experts (each row its own) and steps */
         int many = T > 1 && !sel, glu = mode == 2;
         int nt = many ? 8 : 1;
-        int rpw = many ? (glu ? 1 : 2) : (glu ? 2 : 4);
+        int rpw = many ? Q35_GEMV8_RPW / (glu ? 2 : 1) : (glu ? 2 : 4);
         int64_t warps = ((int64_t)rows + rpw - 1) / rpw * wpr;
         void *args[] = {&wp,  &w2p,   &x,    &ldx,  &y,          &ldy,
                         &rows, &cols, &T,    &mode, &sel,        &sel_stride,

@@ -301,25 +301,27 @@ q35_gemv_body(const W *w, const W *w2, const float *x, int ldx, float *y,
                 red[warp][j][k] = s;
         }
     __syncthreads();
-    // lane l of a row group's first warp finishes (row j, token k) = l
+    // the lanes of a row group's first warp finish (row j, token k) = l
     if (part != 0)
         return;
-    int j = lane / NT, k = lane % NT;
-    if (lane >= RPW * NT || k >= nt || r0 + j >= rows)
-        return;
-    float s = red[warp][j][k];
-    for (int q = 1; q < wpr; q++)
-        s = __fadd_rn(s, red[warp + q][j][k]);
-    float *o = y + (int64_t)(t0 + k) * ldy + r0 + j;
-    if (GLU) {
-        float s2 = red[warp][RPW + j][k];
+    for (int l = lane; l < RPW * NT; l += 32) {
+        int j = l / NT, k = l % NT;
+        if (k >= nt || r0 + j >= rows)
+            continue;
+        float s = red[warp][j][k];
         for (int q = 1; q < wpr; q++)
-            s2 = __fadd_rn(s2, red[warp + q][RPW + j][k]);
-        *o = __fmul_rn(q35_silu(s), s2);
-    } else if (mode == 1) {
-        *o = __fadd_rn(*o, s);
-    } else {
-        *o = s;
+            s = __fadd_rn(s, red[warp + q][j][k]);
+        float *o = y + (int64_t)(t0 + k) * ldy + r0 + j;
+        if (GLU) {
+            float s2 = red[warp][RPW + j][k];
+            for (int q = 1; q < wpr; q++)
+                s2 = __fadd_rn(s2, red[warp + q][RPW + j][k]);
+            *o = __fmul_rn(q35_silu(s), s2);
+        } else if (mode == 1) {
+            *o = __fadd_rn(*o, s);
+        } else {
+            *o = s;
+        }
     }
 }
 
@@ -336,9 +338,9 @@ q35_gemv_body(const W *w, const W *w2, const float *x, int ldx, float *y,
 
 Q35_GEMV(q35_gemv1_bf16, uint16_t, 1, 4, false)
 Q35_GEMV(q35_gemv1_glu_bf16, uint16_t, 1, 2, true)
-Q35_GEMV(q35_gemv8_bf16, uint16_t, 8, 2, false)
-Q35_GEMV(q35_gemv8_glu_bf16, uint16_t, 8, 1, true)
+Q35_GEMV(q35_gemv8_bf16, uint16_t, 8, Q35_GEMV8_RPW, false)
+Q35_GEMV(q35_gemv8_glu_bf16, uint16_t, 8, Q35_GEMV8_RPW / 2, true)
 Q35_GEMV(q35_gemv1_f16, __half, 1, 4, false)
 Q35_GEMV(q35_gemv1_glu_f16, __half, 1, 2, true)
-Q35_GEMV(q35_gemv8_f16, __half, 8, 2, false)
-Q35_GEMV(q35_gemv8_glu_f16, __half, 8, 1, true)
+Q35_GEMV(q35_gemv8_f16, __half, 8, Q35_GEMV8_RPW, false)
+Q35_GEMV(q35_gemv8_glu_f16, __half, 8, Q35_GEMV8_RPW / 2, true)
