@@ -69,7 +69,7 @@ static int q35_wpr(int rows, int cols)
 {
     int wpr = 1;
     int64_t groups = ((int64_t)rows + 3) / 4;
-    while (wpr < 8 && groups * wpr < 4096 && cols >= 512 * wpr)
+    while (wpr < 8 && groups * wpr < 2048 && cols >= 512 * wpr)
         wpr *= 2;
     return wpr;
 }

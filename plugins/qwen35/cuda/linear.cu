@@ -195,21 +195,15 @@ q35_gemv_body(const W *w, const W *w2, const float *x, int ldx, float *y,
     // MoE: the expert comes from the kernel before
     if (sel)
         q35_pdl_wait();
-    const W *wp[S];
-    bool ok[S];
-#pragma unroll
-    for (int j = 0; j < RPW; j++) {
-        int r = r0 + j;
-        ok[j] = r < rows && nt > 0;
-        int64_t off = ok[j] ? (int64_t)r * cols : 0;
-        if (sel && ok[j])
-            off += (int64_t)sel[(int64_t)t0 * sel_stride] * estride;
-        wp[j] = w + off;
-        if (GLU) {
-            ok[RPW + j] = ok[j];
-            wp[RPW + j] = w2 + off;
-        }
-    }
+    // rows r0 .. r0 + RPW - 1 of w (then of w2) lie cols apart
+    int live = nt > 0 ? max(0, min(RPW, rows - r0)) : 0;
+    int64_t off = live > 0 ? (int64_t)r0 * cols : 0;
+    if (sel && live > 0)
+        off += (int64_t)sel[(int64_t)t0 * sel_stride] * estride;
+    const W *wb = w + off, *wb2 = GLU ? w2 + off : nullptr;
+#define Q35_WROW(j) ((j) < RPW ? wb + (int64_t)(j) * cols                      \
+                               : wb2 + (int64_t)((j) - RPW) * cols)
+#define Q35_WOK(j)  (((j) < RPW ? (j) : (j) - RPW) < live)
     int step = 256 * wpr;
     int c0 = part * 256 + lane * 8;
     uint4 cur[U][S];
@@ -217,8 +211,9 @@ q35_gemv_body(const W *w, const W *w2, const float *x, int ldx, float *y,
     for (int u = 0; u < U; u++)
 #pragma unroll
         for (int j = 0; j < S; j++)
-            cur[u][j] = ok[j] && c0 + u * step < cols ? q35_ldw(wp[j] + c0 + u * step)
-                                                     : make_uint4(0, 0, 0, 0);
+            cur[u][j] = Q35_WOK(j) && c0 + u * step < cols
+                            ? q35_ldw(Q35_WROW(j) + c0 + u * step)
+                            : make_uint4(0, 0, 0, 0);
     q35_pdl_wait();
     if (nw) {
         for (int k = 0; k < NT; k++) {
@@ -248,8 +243,9 @@ q35_gemv_body(const W *w, const W *w2, const float *x, int ldx, float *y,
 #pragma unroll
             for (int j = 0; j < S; j++) {
                 int cc = c + (U + u) * step;
-                nxt[u][j] = more && ok[j] && cc < cols ? q35_ldw(wp[j] + cc)
-                                                       : make_uint4(0, 0, 0, 0);
+                nxt[u][j] = more && Q35_WOK(j) && cc < cols
+                                ? q35_ldw(Q35_WROW(j) + cc)
+                                : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -292,6 +288,8 @@ q35_gemv_body(const W *w, const W *w2, const float *x, int ldx, float *y,
             for (int j = 0; j < S; j++)
                 cur[u][j] = nxt[u][j];
     }
+#undef Q35_WROW
+#undef Q35_WOK
 #pragma unroll
     for (int j = 0; j < S; j++)
 #pragma unroll
@@ -325,8 +323,13 @@ q35_gemv_body(const W *w, const W *w2, const float *x, int ldx, float *y,
     }
 }
 
+// blocks per SM the register budget is cut for
+#ifndef Q35_GEMV_MINB
+#define Q35_GEMV_MINB 1
+#endif
+
 #define Q35_GEMV(name, W, NT, RPW, GLU)                                        \
-    extern "C" __global__ void __launch_bounds__(256) name(                    \
+    extern "C" __global__ void __launch_bounds__(256, Q35_GEMV_MINB) name(     \
         const W *w, const W *w2, const float *x, int ldx, float *y, int ldy,   \
         int rows, int cols, int T, int mode, const int *sel, int sel_stride,   \
         long long estride, int wpr, const float *nw, float eps)                \
