@@ -151,11 +151,14 @@ static int bench_one(loom_engine *e, int32_t S, int32_t n_prompt, int32_t n_gen,
            "\"decode_tok_s_per_stream\": %.2f, \"prefill_s\": %.4f, "
            "\"decode_s\": %.4f, \"rounds\": %llu, \"forward_s\": %.4f, "
            "\"weight_bytes\": %llu, \"implied_gbps\": %.3f, "
+           "\"of_4_8_tb_s\": %.3f, \"ttft_avg_s\": %.4f, "
            "\"device\": \"%s\", \"threads\": %d, \"matmul\": \"%s\", "
            "\"pin\": \"%s\"}\n",
            S, n_prompt, n_gen, prefill, decode, decode / S, t_prefill, t_decode,
            (unsigned long long)ls.rounds, ls.forward_s,
            (unsigned long long)wbytes, (double)wbytes * rounds_s * 1e-9,
+           /* the H200's HBM: the bound a decode step's weight reads meet */
+           (double)wbytes * rounds_s / 4.8e12, ls.ttft_avg_s,
            e->info.device == LOOM_DEVICE_CUDA ? "cuda" : "cpu",
            loom_pool_size(e->pool), loom_matmul_isa_name(loom_matmul_isa()),
            e->pin == LOOM_ENGINE_PIN_FAMILY_COPY

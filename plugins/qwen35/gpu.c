@@ -28,7 +28,7 @@ loom_status q35_gpu_launch(const q35_gpu *g, loom_cu_function f, unsigned gx,
         memset(&at, 0, sizeof at);
         at.id = LOOM_CU_LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
         at.v.value = 1;
-        loom_cu_launch_config c = {gx, gy, 1, bx, 1, 1, smem, g->cu->stream,
+        loom_cu_launch_config c = {gx,  gy, 1, bx, 1, 1, smem, g->cu->stream,
                                    &at, 1};
         return q35_gpu_check(g, g->cu->launchKernelEx(&c, f, args, NULL), what,
                              err);
@@ -164,8 +164,8 @@ static void q35_put_cat(q35_arena *a, const loom_weight *const *w, int n,
         uint64_t b = q35_lin_bytes(w[i]);
         if (!a->dry && a->st == LOOM_OK)
             a->st = q35_gpu_check(a->g,
-                                  a->g->cu->memcpyHtoDAsync(p + at, w[i]->data,
-                                                            b, a->g->cu->stream),
+                                  a->g->cu->memcpyHtoDAsync(
+                                      p + at, w[i]->data, b, a->g->cu->stream),
                                   "uploading weights", a->err);
         *out[i] = (q35_gpu_lin){a->dry ? 0 : p + at, w[i]->dtype,
                                 (int32_t)w[i]->rows, (int32_t)w[i]->cols};

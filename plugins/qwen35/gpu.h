@@ -19,8 +19,8 @@ typedef struct q35_gpu_lin {
 } q35_gpu_lin;
 
 typedef struct q35_gpu_layer {
-    q35_gpu_lin q, k, v, o;                      /* attention */
-    q35_gpu_lin qkv, z, b, a, qkvz, ba, out;     /* Gated DeltaNet */
+    q35_gpu_lin q, k, v, o;                  /* attention */
+    q35_gpu_lin qkv, z, b, a, qkvz, ba, out; /* Gated DeltaNet */
     /* qkv, z, b, a back to back (one product), or p 0 when they differ in
      * type or width; the four above are views into it */
     q35_gpu_lin in;

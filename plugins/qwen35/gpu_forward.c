@@ -94,13 +94,12 @@ static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
         int nt = many ? 8 : 1;
         int rpw = many ? Q35_GEMV8_RPW / (glu ? 2 : 1) : (glu ? 2 : 4);
         int64_t warps = ((int64_t)rows + rpw - 1) / rpw * wpr;
-        void *args[] = {&wp,  &w2p,   &x,    &ldx,  &y,          &ldy,
-                        &rows, &cols, &T,    &mode, &sel,        &sel_stride,
-                        &estride, &wpr, &nw, &eps};
-        return q35_gpu_launch(R->g, R->g->fn.gemv[dt][many][glu],
-                              (unsigned)((warps + 7) / 8),
-                              (unsigned)((T + nt - 1) / nt), 256, 0, args,
-                              "q35_gemv", R->err);
+        void *args[] = {&wp,      &w2p,  &x,  &ldx,  &y,   &ldy,
+                        &rows,    &cols, &T,  &mode, &sel, &sel_stride,
+                        &estride, &wpr,  &nw, &eps};
+        return q35_gpu_launch(
+            R->g, R->g->fn.gemv[dt][many][glu], (unsigned)((warps + 7) / 8),
+            (unsigned)((T + nt - 1) / nt), 256, 0, args, "q35_gemv", R->err);
     }
     if (nw) {
         /* the general kernel reads a normed copy */
@@ -120,10 +119,9 @@ static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
     void *args[] = {&wp,   &w2p,  &x,          &ldx,     &y,
                     &ldy,  &rows, &cols,       &T,       &tile,
                     &mode, &sel,  &sel_stride, &estride, &wpr};
-    return q35_gpu_launch(R->g, R->g->fn.linear[dt],
-                          (unsigned)((rows * wpr + 7) / 8),
-                          (unsigned)(T + tile - 1) / tile, 256, 0, args,
-                          "q35_linear", R->err);
+    return q35_gpu_launch(
+        R->g, R->g->fn.linear[dt], (unsigned)((rows * wpr + 7) / 8),
+        (unsigned)(T + tile - 1) / tile, 256, 0, args, "q35_linear", R->err);
 }
 
 #define Q35_LIN(...)                                                           \
@@ -219,8 +217,8 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
                &s->beta, &L->neg_a, &L->dt_bias, &s->streams, &s->rows, &slot,
                &Hk, &Hv, &dk, &dv, &n_lin, &lay, &ldab);
     {
-        void *a[] = {&s->conv_out, &zp,   &s->o, &s->decay, &s->beta,
-                     &L->gnorm,    &s->streams, &slot, &Hk,  &Hv,
+        void *a[] = {&s->conv_out, &zp,         &s->o, &s->decay, &s->beta,
+                     &L->gnorm,    &s->streams, &slot, &Hk,       &Hv,
                      &dk,          &dv,         &eps,  &ldz};
         loom_status st =
             q35_gpu_launch(g, g->fn.gdn_rec, (unsigned)Hv, (unsigned)R->ns,
