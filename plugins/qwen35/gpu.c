@@ -70,7 +70,6 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     Q35_FN(rmsnorm, "q35_rmsnorm");
     Q35_FN(conv, "q35_conv");
     Q35_FN(conv_restore, "q35_conv_restore");
-    Q35_FN(gdn_prep, "q35_gdn_prep");
     Q35_FN(gdn_rec, "q35_gdn_rec");
     Q35_FN(gdn_replay, "q35_gdn_replay");
     Q35_FN(attn_prep, "q35_attn_prep");
@@ -349,8 +348,6 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
                        R * vd,
                        R * Hv,
                        R * Hv,
-                       R * Hv,
-                       R * Hv,
                        R * E,
                        R * K,
                        R * K,
@@ -360,11 +357,11 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
                        R * (int64_t)(sizeof(q35_gpu_row) / 4),
                        R * (int64_t)(sizeof(q35_gpu_stream) / 4),
                        R * G->n_heads * splits * (G->head_dim + 2)};
-    loom_cu_ptr *dst[] = {
-        &s->h,    &s->xn,      &s->big0, &s->big1, &s->big2,  &s->conv_out,
-        &s->o,    &s->z,       &s->b,    &s->a,    &s->decay, &s->beta,
-        &s->prob, &s->sel,     &s->wsel, &s->gout, &s->proj,  &s->shg,
-        &s->rows, &s->streams, &s->part};
+    loom_cu_ptr *dst[] = {&s->h,    &s->xn,       &s->big0, &s->big1,
+                          &s->big2, &s->conv_out, &s->o,    &s->z,
+                          &s->b,    &s->a,        &s->prob, &s->sel,
+                          &s->wsel, &s->gout,     &s->proj, &s->shg,
+                          &s->rows, &s->streams,  &s->part};
     int n = (int)(sizeof sizes / sizeof *sizes);
     uint64_t total = 0;
     for (int i = 0; i < n; i++)

@@ -37,7 +37,7 @@ typedef struct q35_gpu_fns {
     loom_cu_function linear[3];
     /* the streaming form (linear.cu): [bf16, f16][1 row, 8 rows][SwiGLU] */
     loom_cu_function gemv[2][2][2];
-    loom_cu_function rmsnorm, conv, conv_restore, gdn_prep;
+    loom_cu_function rmsnorm, conv, conv_restore;
     loom_cu_function gdn_rec, gdn_replay;
     loom_cu_function attn_prep, attention, attn_combine;
     loom_cu_function gather, add, next_split, moe_route, moe_axpy;
@@ -47,7 +47,7 @@ typedef struct q35_gpu_fns {
 typedef struct q35_gpu_scratch {
     loom_cu_ptr block; /* everything below, one allocation */
     uint64_t bytes;
-    loom_cu_ptr h, xn, big0, big1, big2, conv_out, o, z, b, a, decay, beta;
+    loom_cu_ptr h, xn, big0, big1, big2, conv_out, o, z, b, a;
     loom_cu_ptr prob, sel, wsel, gout, proj, shg;
     loom_cu_ptr rows, streams;
     loom_cu_ptr part; /* attention's splits: [R][n_heads][splits][hd + 2] */

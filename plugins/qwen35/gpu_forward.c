@@ -212,14 +212,12 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
                &L->conv_w, &s->streams, &s->rows, &slot, &cd, &K, &n_lin,
                &log_size, &log_conv, &ld_in);
     q35_gpu_log lay = g->lay;
-    unsigned prep = (unsigned)(32 * (2 * Hk < 32 ? 2 * Hk : 32));
-    Q35_LAUNCH(gdn_prep, T, 1, prep, 0, &s->conv_out, &ap, &bp, &s->decay,
-               &s->beta, &L->neg_a, &L->dt_bias, &s->streams, &s->rows, &slot,
-               &Hk, &Hv, &dk, &dv, &n_lin, &lay, &ldab);
     {
-        void *a[] = {&s->conv_out, &zp,         &s->o, &s->decay, &s->beta,
-                     &L->gnorm,    &s->streams, &slot, &Hk,       &Hv,
-                     &dk,          &dv,         &eps,  &ldz};
+        void *a[] = {&s->conv_out, &zp,         &s->o,     &ap,
+                     &bp,          &ldab,       &L->neg_a, &L->dt_bias,
+                     &L->gnorm,    &s->streams, &s->rows,  &slot,
+                     &Hk,          &Hv,         &dk,       &dv,
+                     &eps,         &ldz,        &n_lin,    &lay};
         loom_status st =
             q35_gpu_launch(g, g->fn.gdn_rec, (unsigned)Hv, (unsigned)R->ns,
                            g->gdn_threads, 0, a, "q35_gdn_rec", R->err);

@@ -1,62 +1,8 @@
 // The gated delta rule of the Gated DeltaNet layers (spec 2.5-2.6): the
-// per-row preparation (l2-normalised q and k, beta, the decay), the
-// recurrence with the gated RMSNorm of its output, and the replay of logged
-// rows that commit uses. The state is float32 throughout.
+// recurrence with each row's preparation (l2-normalised q and k, beta, the
+// decay) and the gated RMSNorm of its output, and the replay of logged rows
+// that commit uses. The state is float32 throughout.
 #include "common.cuh"
-
-// Per row (a and b rows ldab apart), one block of 128 threads: q and k heads l2-normalised in place
-// (q also scaled by dk^-0.5), decay = exp(-exp(A_log) softplus(a + dt_bias)),
-// beta = sigmoid(b); a speculative row logs k, v, decay and beta.
-// Rounding: the sum of squares in float32 over a warp (fixed butterfly),
-// r = 1 / sqrtf(ss + 1e-6); q = (q * r) * dk^-0.5 rounded twice as on the CPU.
-extern "C" __global__ void
-q35_gdn_prep(float *y, const float *a, const float *b, float *decay,
-             float *beta, const float *neg_a, const float *dt_bias,
-             const q35_gpu_stream *streams, const q35_gpu_row *rows, int slot,
-             int Hk, int Hv, int dk, int dv, int n_lin, q35_gpu_log lay,
-             int ldab)
-{
-    Q35_PDL_ENTER();
-    int t = blockIdx.x;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int nw = blockDim.x >> 5;
-    int kd = Hk * dk, cd = 2 * kd + Hv * dv;
-    float *yr = y + (int64_t)t * cd;
-    float qscale = 1.0f / sqrtf((float)dk);
-    for (int v = warp; v < 2 * Hk; v += nw) {
-        float *x = yr + (int64_t)v * dk; // q heads, then k heads
-        float ss = 0.0f;
-        for (int i = lane; i < dk; i += 32)
-            ss = fmaf(x[i], x[i], ss);
-        ss = q35_warp_sum(ss);
-        float r = 1.0f / sqrtf(ss + 1e-6f);
-        for (int i = lane; i < dk; i += 32) {
-            float n = __fmul_rn(x[i], r);
-            x[i] = v < Hk ? __fmul_rn(n, qscale) : n;
-        }
-    }
-    for (int h = threadIdx.x; h < Hv; h += blockDim.x) {
-        float av = __fadd_rn(a[(int64_t)t * ldab + h], dt_bias[h]);
-        decay[(int64_t)t * Hv + h] =
-            expf(__fmul_rn(neg_a[h], q35_softplus(av)));
-        beta[(int64_t)t * Hv + h] = q35_sigmoid(b[(int64_t)t * ldab + h]);
-    }
-    int li = rows[t].log;
-    if (li < 0)
-        return;
-    __syncthreads();
-    const q35_gpu_stream st = streams[rows[t].stream];
-    float *log = reinterpret_cast<float *>(st.log) +
-                 ((int64_t)li * n_lin + slot) * lay.size;
-    for (int i = threadIdx.x; i < kd; i += blockDim.x)
-        log[lay.k + i] = yr[kd + i];
-    for (int i = threadIdx.x; i < Hv * dv; i += blockDim.x)
-        log[lay.v + i] = yr[2 * kd + i];
-    for (int h = threadIdx.x; h < Hv; h += blockDim.x) {
-        log[lay.decay + h] = decay[(int64_t)t * Hv + h];
-        log[lay.beta + h] = beta[(int64_t)t * Hv + h];
-    }
-}
 
 // The recurrence's block shape: value column j of the head's state S
 // [dk, dv] is split over P = ceil(dk / 32) threads, part p holding rows
@@ -144,23 +90,33 @@ __device__ __forceinline__ void q35_gdn_store(const float *s, float *S, int dk,
 }
 
 // The recurrence over each stream's rows in order: block (value head h,
-// stream) of P * vw threads. Output o_j = S^T q, then the gated RMSNorm
-// over the head's dv outputs: (w_j * (o_j * r)) * silu(z_j) (z rows ldz
-// apart), r = 1 /
+// stream) of P * vw threads. Per row first the preparation (spec 2.5): q
+// and k of the head's key head l2-normalised (the sum of squares by one
+// warp, lanes strided, fixed butterfly; r = 1 / sqrtf(ss + 1e-6); q = (q *
+// r) * dk^-0.5 rounded twice as on the CPU), decay = exp(-exp(A_log) *
+// softplus(a + dt_bias)), beta = sigmoid(b) (a, b rows ldab apart); a
+// speculative row logs k, v, decay and beta for the commit's replay. Then
+// the step, the output o_j = S^T q and the gated RMSNorm over the head's
+// dv outputs: (w_j * (o_j * r)) * silu(z_j) (z rows ldz apart), r = 1 /
 // sqrtf(mean(o^2) + eps), the mean from q35_block_sum (fixed order).
 extern "C" __global__ void __launch_bounds__(512)
-    q35_gdn_rec(const float *y, const float *z, float *o, const float *decay,
-                const float *beta, const float *gnorm,
-                const q35_gpu_stream *streams, int slot, int Hk, int Hv, int dk,
-                int dv, float eps, int ldz)
+    q35_gdn_rec(const float *y, const float *z, float *o, const float *a,
+                const float *b, int ldab, const float *neg_a,
+                const float *dt_bias, const float *gnorm,
+                const q35_gpu_stream *streams, const q35_gpu_row *rows,
+                int slot, int Hk, int Hv, int dk, int dv, float eps, int ldz,
+                int n_lin, q35_gpu_log lay)
 {
     Q35_PDL_ENTER();
-    __shared__ float sq[256], sk[256], part[512], red[32];
+    __shared__ float sqk[2][256], part[512], red[32], db[2];
     q35_gdn_shape sh = q35_gdn_shape_of(dk, dv);
     int h = blockIdx.x, j = sh.j;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int nw = (blockDim.x + 31) >> 5;
     const q35_gpu_stream st = streams[blockIdx.y];
     int kh = h / (Hv / Hk);
     int kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd;
+    float qscale = 1.0f / sqrtf((float)dk);
     int64_t hoff = ((int64_t)slot * Hv + h) * dk * dv;
     float *S = reinterpret_cast<float *>(st.state) + hoff;
     float s[Q35_GDN_PART];
@@ -172,15 +128,43 @@ extern "C" __global__ void __launch_bounds__(512)
                           dk, dv, sh);
         const float *yr = y + (int64_t)row * cd;
         __syncthreads();
-        for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-            sq[i] = yr[kh * dk + i];
-            sk[i] = yr[kd + kh * dk + i];
+        // q (0) and k (1) of the key head, normalised
+        for (int u = warp; u < 2; u += nw) {
+            const float *x = yr + (int64_t)u * kd + (int64_t)kh * dk;
+            float ss = 0.0f;
+            for (int i = lane; i < dk; i += 32)
+                ss = fmaf(x[i], x[i], ss);
+            ss = q35_warp_sum(ss);
+            float r = 1.0f / sqrtf(ss + 1e-6f);
+            for (int i = lane; i < dk; i += 32) {
+                float n = __fmul_rn(x[i], r);
+                sqk[u][i] = u == 0 ? __fmul_rn(n, qscale) : n;
+            }
+        }
+        if (threadIdx.x == 0) {
+            float av = __fadd_rn(a[(int64_t)row * ldab + h], dt_bias[h]);
+            db[0] = expf(__fmul_rn(neg_a[h], q35_softplus(av)));
+            db[1] = q35_sigmoid(b[(int64_t)row * ldab + h]);
         }
         __syncthreads();
         float v = sh.on ? yr[2 * kd + h * dv + j] : 0.0f;
-        q35_gdn_step(s, sk, v, decay[(int64_t)row * Hv + h],
-                     beta[(int64_t)row * Hv + h], dk, sh, part);
-        float oj = q35_gdn_dot(s, sq, dk, sh, part);
+        int li = rows[row].log;
+        if (li >= 0) {
+            float *log = reinterpret_cast<float *>(st.log) +
+                         ((int64_t)li * n_lin + slot) * lay.size;
+            if (sh.on && sh.p == 0)
+                log[lay.v + h * dv + j] = v;
+            if (threadIdx.x == 0) {
+                log[lay.decay + h] = db[0];
+                log[lay.beta + h] = db[1];
+            }
+            // one value head of each key head logs its k
+            if (h % (Hv / Hk) == 0)
+                for (int i = threadIdx.x; i < dk; i += blockDim.x)
+                    log[lay.k + kh * dk + i] = sqk[1][i];
+        }
+        q35_gdn_step(s, sqk[1], v, db[0], db[1], dk, sh, part);
+        float oj = q35_gdn_dot(s, sqk[0], dk, sh, part);
         bool out = sh.on && sh.p == 0;
         float ss = q35_block_sum(out ? __fmul_rn(oj, oj) : 0.0f, red);
         float r = 1.0f / sqrtf(ss / (float)dv + eps);
