@@ -138,6 +138,44 @@ void LOOM_ABI nem_cache_free(loom_model *m, loom_cache *c)
     free(c);
 }
 
+loom_status LOOM_ABI nem_cache_copy(loom_model *m, loom_cache *dst,
+                                    const loom_cache *src, loom_err *err)
+{
+    const nem_geometry *g = &m->g;
+    if (src->win.pending > 0)
+        return loom_err_set(err, LOOM_ERR_STATE,
+                            "cache_copy: the source has a window of %d rows "
+                            "not committed yet",
+                            (int)src->win.pending);
+    if (dst == src)
+        return LOOM_OK;
+    /* room first: a refusal leaves dst's contents as they were */
+    for (int i = 0; i < g->n_attn; i++) {
+        loom_status rc = loom_cpu_kv_reserve(&dst->kv[i], src->kv[i].len, err);
+        if (rc != LOOM_OK)
+            return rc;
+    }
+    for (int i = 0; i < g->n_attn; i++) {
+        const loom_cpu_kv *from = &src->kv[i];
+        loom_cpu_kv *to = &dst->kv[i];
+        size_t n = (size_t)from->len * (size_t)from->width * sizeof(float);
+        if (n > 0) {
+            memcpy(to->k, from->k, n);
+            memcpy(to->v, from->v, n);
+        }
+        to->len = from->len;
+    }
+    for (int i = 0; i < g->n_mamba; i++) {
+        memcpy(dst->mamba[i].tail, src->mamba[i].tail,
+               tail_floats(g) * sizeof(float));
+        memcpy(dst->mamba[i].ssm, src->mamba[i].ssm,
+               ssm_floats(g) * sizeof(float));
+    }
+    dst->len = src->len;
+    loom_window_reset(&dst->win);
+    return LOOM_OK;
+}
+
 int64_t nem_cache_len(const loom_cache *c)
 {
     return c->len;

@@ -129,6 +129,10 @@ loom_status LOOM_ABI nem_cache_new(loom_model *m, loom_cache **out,
                                    loom_err *err);
 void LOOM_ABI nem_cache_reset(loom_model *m, loom_cache *c);
 void LOOM_ABI nem_cache_free(loom_model *m, loom_cache *c);
+/* dst becomes an exact copy of src (ABI 2.2's cache_copy); LOOM_ERR_STATE
+ * when src has an open window. */
+loom_status LOOM_ABI nem_cache_copy(loom_model *m, loom_cache *dst,
+                                    const loom_cache *src, loom_err *err);
 /* Positions fed (the round plan's view of a cache). */
 int64_t nem_cache_len(const loom_cache *c);
 /* Makes room for a stream's rows of a round: K/V rows and, for its

@@ -162,6 +162,7 @@ static const loom_family_i nem_family = {
     .forward = nem_forward,
     .commit = nem_cache_commit,
     .get_extension = nem_get_extension,
+    .cache_copy = nem_cache_copy,
 };
 
 LOOM_PLUGIN_ENTRY(LOOM_PLUGIN_FAMILY, LOOM_FAMILY_ID, nem_family, "nemotron",

@@ -109,6 +109,41 @@ void LOOM_ABI q35_cache_free(loom_model *m, loom_cache *c)
     free(c);
 }
 
+loom_status LOOM_ABI q35_cache_copy(loom_model *m, loom_cache *dst,
+                                    const loom_cache *src, loom_err *err)
+{
+    if (src->win.pending > 0)
+        return loom_err_set(err, LOOM_ERR_STATE,
+                            "cache_copy: the source has a window of %d rows "
+                            "not committed yet",
+                            (int)src->win.pending);
+    if (dst == src)
+        return LOOM_OK;
+    /* room first: a refusal leaves dst's contents as they were */
+    for (int i = 0; i < m->n_attn; i++) {
+        loom_status st = loom_cpu_kv_reserve(&dst->kv[i], src->kv[i].len, err);
+        if (st != LOOM_OK)
+            return st;
+    }
+    for (int i = 0; i < m->n_attn; i++) {
+        const loom_cpu_kv *from = &src->kv[i];
+        loom_cpu_kv *to = &dst->kv[i];
+        size_t n = (size_t)from->len * (size_t)from->width * sizeof(float);
+        if (n > 0) {
+            memcpy(to->k, from->k, n);
+            memcpy(to->v, from->v, n);
+        }
+        to->len = from->len;
+    }
+    memcpy(dst->conv, src->conv,
+           (size_t)m->n_lin * (size_t)q35_tail_floats(m) * sizeof(float));
+    memcpy(dst->state, src->state,
+           (size_t)m->n_lin * (size_t)q35_state_floats(m) * sizeof(float));
+    dst->len = src->len;
+    loom_window_reset(&dst->win);
+    return LOOM_OK;
+}
+
 int64_t q35_cache_len(const loom_cache *c)
 {
     return c->len;

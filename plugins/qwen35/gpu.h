@@ -144,6 +144,11 @@ void q35_gpu_cache_reset(loom_model *m, loom_cache *c);
 void q35_gpu_cache_free(loom_model *m, loom_cache *c);
 loom_status q35_gpu_commit(loom_model *m, loom_cache *c, int32_t kept,
                            loom_err *err);
+/* dst becomes a copy of src on the device: pages of its own, the pages'
+ * contents, conv tails and states, copied in stream order; LOOM_ERR_STATE
+ * when src has an open window. On failure dst is left empty. */
+loom_status q35_gpu_cache_copy(loom_model *m, loom_cache *dst,
+                               const loom_cache *src, loom_err *err);
 /* Room for n_new more positions and a window of n_spec rows (keeps the
  * positions); changes nothing a forward reads when it fails. */
 loom_status q35_gpu_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,

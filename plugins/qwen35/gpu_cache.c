@@ -285,6 +285,54 @@ loom_status q35_gpu_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
     return LOOM_OK;
 }
 
+loom_status q35_gpu_cache_copy(loom_model *m, loom_cache *dst,
+                               const loom_cache *src, loom_err *err)
+{
+    if (src->win.pending > 0)
+        return loom_err_set(err, LOOM_ERR_STATE,
+                            "cache_copy: the source has a window of %d rows "
+                            "not committed yet",
+                            (int)src->win.pending);
+    if (dst == src)
+        return LOOM_OK;
+    const q35_gpu *g = m->gpu;
+    const loom_cuda *cu = g->cu;
+    q35_gpu_pool *p = &m->gpu->pool;
+    const q35_gpu_cache *s = src->gpu;
+    q35_gpu_cache *d = dst->gpu;
+    cu->ctxSetCurrent(cu->context);
+    /* dst's pages go back first, so a pool that fits src's fits the copy;
+     * q35_pages_take then uploads dst's whole page table */
+    q35_pages_release(p, d);
+    dst->len = 0;
+    loom_window_reset(&dst->win);
+    loom_status st = q35_pages_take(m, dst, src->len, err);
+    /* conv tails and states (the snapshots only matter inside a window) */
+    uint64_t fixed = (uint64_t)m->n_lin *
+                     (uint64_t)(q35_tail_n(m) + q35_state_n(m)) * sizeof(float);
+    if (st == LOOM_OK && fixed > 0)
+        st = q35_gpu_check(
+            g, cu->memcpyDtoDAsync(d->fixed, s->fixed, fixed, cu->stream),
+            "copying a cache's states", err);
+    /* the K/V pages that hold src's positions, page by page */
+    int32_t n = m->n_attn > 0
+                    ? (int32_t)((src->len + Q35_KV_PAGE - 1) / Q35_KV_PAGE)
+                    : 0;
+    for (int32_t i = 0; i < n && st == LOOM_OK; i++)
+        st = q35_gpu_check(g,
+                           cu->memcpyDtoDAsync(
+                               p->pages + (uint64_t)d->pages[i] * p->page_bytes,
+                               p->pages + (uint64_t)s->pages[i] * p->page_bytes,
+                               p->page_bytes, cu->stream),
+                           "copying a cache's K/V pages", err);
+    if (st != LOOM_OK) {
+        q35_gpu_cache_reset(m, dst);
+        return st;
+    }
+    dst->len = src->len;
+    return LOOM_OK;
+}
+
 loom_status q35_gpu_commit(loom_model *m, loom_cache *c, int32_t kept,
                            loom_err *err)
 {

@@ -36,6 +36,14 @@ static loom_status LOOM_ABI q35_commit_any(loom_model *m, loom_cache *c,
                   : q35_commit(m, c, kept, err);
 }
 
+static loom_status LOOM_ABI q35_cache_copy_any(loom_model *m, loom_cache *dst,
+                                               const loom_cache *src,
+                                               loom_err *err)
+{
+    return m->gpu ? q35_gpu_cache_copy(m, dst, src, err)
+                  : q35_cache_copy(m, dst, src, err);
+}
+
 static loom_status LOOM_ABI q35_cache_new_any(loom_model *m, loom_cache **out,
                                               loom_err *err)
 {
@@ -70,6 +78,7 @@ static const loom_family_i q35_family = {
     .forward = q35_forward_any,
     .commit = q35_commit_any,
     .get_extension = q35_get_extension,
+    .cache_copy = q35_cache_copy_any,
 };
 
 LOOM_PLUGIN_ENTRY(LOOM_PLUGIN_FAMILY, LOOM_FAMILY_ID, q35_family, "qwen35",

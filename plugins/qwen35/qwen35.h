@@ -187,6 +187,10 @@ loom_status LOOM_ABI q35_cache_new(loom_model *m, loom_cache **out,
                                    loom_err *err);
 void LOOM_ABI q35_cache_reset(loom_model *m, loom_cache *c);
 void LOOM_ABI q35_cache_free(loom_model *m, loom_cache *c);
+/* dst becomes an exact copy of src (ABI 2.2's cache_copy); LOOM_ERR_STATE
+ * when src has an open window. */
+loom_status LOOM_ABI q35_cache_copy(loom_model *m, loom_cache *dst,
+                                    const loom_cache *src, loom_err *err);
 loom_status LOOM_ABI q35_commit(loom_model *m, loom_cache *c, int32_t kept,
                                 loom_err *err);
 uint64_t q35_cache_fixed_bytes(const loom_model *m);

@@ -24,6 +24,7 @@ start_server() {
 
 start_server
 node "$clients/openai_client.mjs" "$url/v1"
+node "$clients/openai_n.mjs" "$url/v1"
 bash "$clients/curl_sse.sh" "$url/v1"
 serve_stop
 

@@ -74,6 +74,7 @@ static const loom_family_i tp_family = {
     tp_forward,
     NULL,
     NULL,
+    NULL,
 };
 
 /* Claims checkpoints whose architectures name `arch`. */

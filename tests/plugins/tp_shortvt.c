@@ -14,6 +14,7 @@ static const loom_family_i short_family = {
     tp_forward,
     NULL,
     NULL,
+    NULL,
 };
 
 static int32_t LOOM_ABI probe(const loom_host *h, const loom_checkpoint *c)

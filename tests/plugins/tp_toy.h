@@ -207,6 +207,21 @@ static void LOOM_ABI toy_cache_free(loom_model *model, loom_cache *c)
     free(c);
 }
 
+/* dst takes src's history: the same rows after either give the same
+ * logits. The toy has no windows, so nothing is ever refused. */
+static loom_status LOOM_ABI toy_cache_copy(loom_model *model, loom_cache *dst,
+                                           const loom_cache *src, loom_err *err)
+{
+    toy_model *m = (toy_model *)model;
+    if (!dst || !src || dst->magic != TOY_MAGIC || src->magic != TOY_MAGIC ||
+        dst->model != m || src->model != m)
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "cache_copy: not caches of this model");
+    dst->h = src->h;
+    dst->len = src->len;
+    return LOOM_OK;
+}
+
 static loom_status LOOM_ABI toy_forward(loom_model *model,
                                         const loom_round *round,
                                         const loom_output *out, loom_err *err)

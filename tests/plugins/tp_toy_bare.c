@@ -1,12 +1,12 @@
 /* The toy family with every optional member NULL (geometry, cache_reset,
- * commit, get_extension): the dispatcher's defaults stand in for them.
- * Forced by name (its probe scores below the toy's). */
+ * commit, get_extension, cache_copy): the dispatcher's defaults stand in for
+ * them. Forced by name (its probe scores below the toy's). */
 #include "tp_toy.h"
 
 static const loom_family_i toy_family = {
     sizeof(loom_family_i), NULL,          toy_open, toy_close,
     toy_describe,          toy_cache_new, NULL,     toy_cache_free,
-    toy_forward,           NULL,          NULL,
+    toy_forward,           NULL,          NULL,     NULL,
 };
 
 static int32_t LOOM_ABI toy_probe(const loom_host *h, const loom_checkpoint *c)

@@ -1,11 +1,11 @@
-/* The toy family at ABI 2.0, every optional member filled: what the lane
+/* The toy family at ABI 2.2, every optional member filled: what the lane
  * tests run on. It claims architectures ["LoomToyForTest"]. */
 #include "tp_toy.h"
 
 static const loom_family_i toy_family = {
     sizeof(loom_family_i), toy_geometry,  toy_open,          toy_close,
     toy_describe,          toy_cache_new, toy_cache_reset,   toy_cache_free,
-    toy_forward,           toy_commit,    toy_get_extension,
+    toy_forward,           toy_commit,    toy_get_extension, toy_cache_copy,
 };
 
 static int32_t LOOM_ABI toy_probe(const loom_host *h, const loom_checkpoint *c)

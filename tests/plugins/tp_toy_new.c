@@ -25,6 +25,7 @@ static const struct toy_family_next {
         toy_forward,
         toy_commit,
         toy_get_extension,
+        toy_cache_copy,
     },
     toy_later,
 };

@@ -17,6 +17,7 @@ static const loom_family_i toy_family = {
     toy_forward,
     toy_commit,
     toy_get_extension,
+    toy_cache_copy,
 };
 
 static int32_t LOOM_ABI toy_probe(const loom_host *h, const loom_checkpoint *c)

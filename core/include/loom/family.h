@@ -46,6 +46,13 @@ loom_status loom_family_forward(const loom_family *f, loom_model *model,
 /* LOOM_ERR_UNSUPPORTED when the family has no commit. */
 loom_status loom_family_commit(const loom_family *f, loom_model *model,
                                loom_cache *cache, int32_t kept, loom_err *err);
+/* Whether the family copies caches (cache_copy, ABI 2.2). */
+int loom_family_has_cache_copy(const loom_family *f);
+/* dst becomes an exact copy of src; LOOM_ERR_UNSUPPORTED when the family
+ * has no cache_copy, LOOM_ERR_STATE when src has an open window. */
+loom_status loom_family_cache_copy(const loom_family *f, loom_model *model,
+                                   loom_cache *dst, const loom_cache *src,
+                                   loom_err *err);
 /* NULL when the family has no get_extension or the model lacks `id`. */
 const void *loom_family_extension(const loom_family *f, const loom_model *model,
                                   const char *id);

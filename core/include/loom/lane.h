@@ -141,6 +141,23 @@ void loom_lane_free(loom_lane *lane);
  * LOOM_ERR_STATE while the lane is being freed. */
 loom_status loom_lane_add(loom_lane *lane, const loom_stream_params *params,
                           uint64_t *id, loom_err *err);
+/* Adds n streams of one prompt as a group [any-thread]: params[i] is member
+ * i's (its own sampling parameters and seed, stop strings, length and
+ * callback); every member has the same prompt and the same
+ * prompt_logprobs. The first member admitted prefills the prompt; the
+ * members admitted while it does take a copy of its cache when its prompt
+ * is done and draw their first tokens from the same logits, so the prompt
+ * is forwarded (and counted in the stats' prompt_tokens) once. Each member
+ * emits exactly what it would emit as a lone stream with its parameters.
+ * Members that cannot share prefill themselves: all of them when the
+ * family cannot copy caches (cache_copy, ABI 2.2), a member admitted after
+ * the prompt is done, one with a drafter stream or prompt logprobs. ids[i]
+ * gets member i's id. All or none are added; the refusals are
+ * loom_lane_add's, and LOOM_ERR_INVALID for members whose prompts
+ * differ. */
+loom_status loom_lane_add_group(loom_lane *lane,
+                                const loom_stream_params *params, int32_t n,
+                                uint64_t *ids, loom_err *err);
 /* Cancels a stream [any-thread]: at the next round it gets its final
  * CANCELLED event and its cache goes back to the pool. An unknown or
  * finished id is ignored. */

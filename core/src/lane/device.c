@@ -230,6 +230,20 @@ loom_status loom__dev_round(loom_lane *lane, int32_t nr, loom_err *err)
         } else {
             d->jobs[nj++] = (draw_job){
                 s, NULL, lane->vocab, last + 1, 1, NULL, lane->draws + k, 1, k};
+            /* the followers of a prompt done here draw from its row too
+             * (group.c hands them their first draws) */
+            if (s->state == ST_PREFILL && last == s->n_prompt - 1)
+                for (int32_t i = 0; i < lane->n_act; i++)
+                    if (loom__follows(lane->act[i], s))
+                        d->jobs[nj++] = (draw_job){lane->act[i],
+                                                   NULL,
+                                                   lane->vocab,
+                                                   last + 1,
+                                                   1,
+                                                   NULL,
+                                                   &lane->act[i]->first,
+                                                   1,
+                                                   k};
         }
         k += n;
     }

@@ -226,57 +226,106 @@ nomem:
     return loom_err_set(err, LOOM_ERR_NOMEM, "stream: out of memory");
 }
 
-loom_status loom_lane_add(loom_lane *lane, const loom_stream_params *p,
-                          uint64_t *id, loom_err *err)
+/* Whether members a and b can share a prefill: the same prompt, and the
+ * same prompt logprobs asked. */
+static int same_prompt(const loom_stream_params *a, const loom_stream_params *b)
 {
-    stream *s = NULL;
-    loom_status rc = stream_new(lane, p, &s, err);
-    if (rc)
+    return a->n_prompt == b->n_prompt &&
+           !memcmp(a->prompt, b->prompt,
+                   sizeof(int32_t) * (size_t)a->n_prompt) &&
+           !a->prompt_logprobs == !b->prompt_logprobs;
+}
+
+loom_status loom_lane_add_group(loom_lane *lane, const loom_stream_params *p,
+                                int32_t n, uint64_t *ids, loom_err *err)
+{
+    if (n < 1 || !p)
+        return loom_err_set(err, LOOM_ERR_INVALID,
+                            "lane: a group of %d streams", (int)n);
+    stream **s = (stream **)calloc((size_t)n, sizeof *s);
+    if (!s)
+        return loom_err_set(err, LOOM_ERR_NOMEM, "lane: out of memory");
+    loom_status rc = LOOM_OK;
+    for (int32_t i = 0; i < n && rc == LOOM_OK; i++) {
+        if (i > 0 && p[i].prompt && !same_prompt(&p[0], &p[i]))
+            rc = loom_err_set(err, LOOM_ERR_INVALID,
+                              "stream %d of a group: its prompt (or prompt "
+                              "logprobs) differs from the first's",
+                              (int)i);
+        else
+            rc = stream_new(lane, &p[i], &s[i], err);
+        if (rc != LOOM_OK && n > 1)
+            loom_err_prefix(err, "group member %d", (int)i);
+    }
+    if (rc != LOOM_OK) {
+        for (int32_t i = 0; i < n; i++)
+            loom__stream_free(s[i]);
+        free(s);
         return rc;
+    }
 
     loom_mutex_lock(lane->mu);
     if (lane->closing) {
-        loom_mutex_unlock(lane->mu);
-        loom__stream_free(s);
-        return loom_err_set(err, LOOM_ERR_STATE, "lane: closing");
+        rc = loom_err_set(err, LOOM_ERR_STATE, "lane: closing");
+    } else if (lane->n_queued + n > lane->max_queued) {
+        rc =
+            loom_err_set(err, LOOM_ERR_FULL, "lane: %d streams already waiting",
+                         (int)lane->n_queued);
     }
-    if (lane->n_queued >= lane->max_queued) {
-        int32_t q = lane->n_queued;
-        loom_mutex_unlock(lane->mu);
-        loom__stream_free(s);
-        return loom_err_set(err, LOOM_ERR_FULL,
-                            "lane: %d streams already waiting", q);
+    int32_t put = 0;
+    for (; put < n && rc == LOOM_OK; put++) {
+        s[put]->id = lane->next_id + (uint64_t)put;
+        rc = loom__map_put(&lane->map, s[put], err);
     }
-    s->id = lane->next_id;
-    rc = loom__map_put(&lane->map, s, err);
-    if (rc) {
+    if (rc != LOOM_OK) {
+        /* all or none: the members already in the map come out */
+        for (int32_t i = 0; i + 1 < put; i++)
+            loom__map_del(&lane->map, s[i]->id);
         loom_mutex_unlock(lane->mu);
-        loom__stream_free(s);
+        for (int32_t i = 0; i < n; i++)
+            loom__stream_free(s[i]);
+        free(s);
         return rc;
     }
-    lane->next_id++;
-    if (s->sp.has_seed) {
-        s->seed = s->sp.seed;
-    } else {
-        lane->seed_state = mix64(lane->seed_state ^ loom_now_ns());
-        s->seed = lane->seed_state;
+    lane->next_id += (uint64_t)n;
+    /* without cache_copy the members prefill alone, as lone streams */
+    uint64_t group =
+        n > 1 && loom_family_has_cache_copy(lane->fam) ? s[0]->id : 0;
+    for (int32_t i = 0; i < n; i++) {
+        stream *m = s[i];
+        m->group = group;
+        if (m->sp.has_seed) {
+            m->seed = m->sp.seed;
+        } else {
+            lane->seed_state = mix64(lane->seed_state ^ loom_now_ns());
+            m->seed = lane->seed_state;
+        }
+        m->sp.seed = m->seed;
+        m->sp.has_seed = 1;
+        m->queued = 1;
+        m->prev = lane->q_tail;
+        if (lane->q_tail)
+            lane->q_tail->next = m;
+        else
+            lane->q_head = m;
+        lane->q_tail = m;
+        lane->n_queued++;
+        lane->stats.st.streams_added++;
+        if (ids)
+            ids[i] = m->id;
     }
-    s->sp.seed = s->seed;
-    s->sp.has_seed = 1;
-    s->queued = 1;
-    s->prev = lane->q_tail;
-    if (lane->q_tail)
-        lane->q_tail->next = s;
-    else
-        lane->q_head = s;
-    lane->q_tail = s;
-    lane->n_queued++;
-    lane->stats.st.streams_added++;
-    if (id)
-        *id = s->id;
     loom_cond_signal(lane->cv);
     loom_mutex_unlock(lane->mu);
+    free(s);
     return LOOM_OK;
+}
+
+loom_status loom_lane_add(loom_lane *lane, const loom_stream_params *p,
+                          uint64_t *id, loom_err *err)
+{
+    if (!p)
+        return loom_err_set(err, LOOM_ERR_INVALID, "stream: no parameters");
+    return loom_lane_add_group(lane, p, 1, id, err);
 }
 
 void loom_lane_cancel(loom_lane *lane, uint64_t id)

@@ -13,7 +13,9 @@
 #include <loom/platform.h>
 #include <loom/tokenizer.h>
 
-enum stream_state { ST_QUEUED, ST_PREFILL, ST_DECODE, ST_DONE };
+/* ST_FOLLOW: admitted, waiting for the prefill of its group's leader
+ * (group.c) */
+enum stream_state { ST_QUEUED, ST_PREFILL, ST_FOLLOW, ST_DECODE, ST_DONE };
 
 typedef struct stream {
     uint64_t id;
@@ -35,6 +37,9 @@ typedef struct stream {
     uint64_t seed;
     int32_t n_logprobs;
     int32_t prompt_lp; /* prompt tokens' logprobs asked */
+    /* the group of streams of one prompt it was added with (group.c): the
+     * first member's id; 0 alone, or when the family cannot copy caches */
+    uint64_t group;
 
     /* under mu */
     int cancel;                 /* written by loom_lane_cancel */
@@ -48,6 +53,11 @@ typedef struct stream {
     int stopped_by_string;
     struct stream *gone; /* finished outside the active list, to be freed */
     loom_cache *cache;
+    /* ST_FOLLOW: the stream of its group whose prefill it shares (in act,
+     * not yet freed: group.c re-leads followers before reap frees it) */
+    struct stream *lead;
+    /* a follower's first draw, from its leader's last prompt row */
+    loom_sample_result first;
     int32_t n_fed; /* prompt tokens fed */
     int32_t pos;   /* rows in the cache = the next row's position */
     int32_t last;  /* the token the next decode row feeds */
@@ -244,6 +254,27 @@ void loom__lane_reap(loom_lane *lane);
 /* Ends every stream still held (loom_lane_free). */
 void loom__lane_cancel_all(loom_lane *lane);
 void loom__stream_free(stream *s);
+
+/* ---- group.c */
+/* An admitted stream of a group: follows the member of its group that is
+ * prefilling, when there is one it can share (ST_FOLLOW), else stays to
+ * prefill the prompt itself. */
+void loom__group_join(loom_lane *lane, stream *s);
+/* Followers whose leader ended before its prompt did: each joins another
+ * member still prefilling or prefills itself. Before reap frees leaders. */
+void loom__group_orphans(loom_lane *lane);
+/* Leader s's prompt is done (its last row's logits are row k, at lg on the
+ * host): each follower gets a copy of its cache and a job in jobs[] (from
+ * index nj) drawing its first token from the same row; `drawn`: the row is
+ * drawn on the device (the followers too, by loom__dev_round). A copy that
+ * fails ends its follower. Returns the new job count. */
+int32_t loom__group_release(loom_lane *lane, stream *s, const float *lg,
+                            int32_t k, int drawn, draw_job *jobs, int32_t nj);
+/* Whether f waits for s's prefill. */
+static inline int loom__follows(const stream *f, const stream *s)
+{
+    return f->state == ST_FOLLOW && f->lead == s;
+}
 
 /* ---- spec.c */
 /* The lane's drafter, from its engine (nothing when it has none). */

@@ -55,6 +55,8 @@ void loom__lane_reap(loom_lane *lane)
         }
     }
     lane->n_act = k;
+    /* before the leaders that ended are freed */
+    loom__group_orphans(lane);
     /* the counts drop only now, after the final events: a caller that sees
      * nothing pending has every final event */
     loom_mutex_lock(lane->mu);
@@ -125,6 +127,7 @@ static loom_status admit(loom_lane *lane, stream *s, loom_err *err)
         loom_sampler_accept(s->sampler, s->prompt[j], 0);
     s->state = ST_PREFILL;
     s->t_admit = loom_now_ns();
+    loom__group_join(lane, s);
     return LOOM_OK;
 }
 
@@ -177,6 +180,8 @@ static void round_begin(loom_lane *lane)
         else
             lane->act[lane->n_act++] = s;
     }
+    /* followers of a leader cancelled above */
+    loom__group_orphans(lane);
 }
 
 static void LOOM_ABI draw_range(void *ctx, int64_t begin, int64_t end)
@@ -324,7 +329,8 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
         if (nj > 0 && lane->jobs[nj - 1].s == s) {
             lane->jobs[nj - 1].n++;
         } else {
-            if (s->state == ST_PREFILL)
+            int prompt_done = s->state == ST_PREFILL;
+            if (prompt_done)
                 s->state = ST_DECODE;
             /* n_emit 1: drawn on the device already */
             int32_t done = lane->dev && loom__dev_drawn(lane, k);
@@ -337,6 +343,9 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
                                           lane->draws + k,
                                           done,
                                           k};
+            /* the members of its group that waited draw from this row */
+            if (prompt_done)
+                nj = loom__group_release(lane, s, lg, k, done, lane->jobs, nj);
         }
         k++;
     }

@@ -145,6 +145,26 @@ loom_status loom_family_commit(const loom_family *f, loom_model *model,
     return named(f, f->vt->commit(model, cache, kept, err), err);
 }
 
+int loom_family_has_cache_copy(const loom_family *f)
+{
+    return OPT(f, cache_copy) != NULL;
+}
+
+loom_status loom_family_cache_copy(const loom_family *f, loom_model *model,
+                                   loom_cache *dst, const loom_cache *src,
+                                   loom_err *err)
+{
+    if (!OPT(f, cache_copy))
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "%s: the family cannot copy a cache (ABI 2.2's "
+                            "cache_copy)",
+                            f->name);
+    if (dst == src)
+        return LOOM_OK;
+    current(f);
+    return named(f, f->vt->cache_copy(model, dst, src, err), err);
+}
+
 const void *loom_family_extension(const loom_family *f, const loom_model *model,
                                   const char *id)
 {

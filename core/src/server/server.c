@@ -979,6 +979,12 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
         if (srv->p.request_timeout_s > 0)
             j->deadline = cn->t0 + (uint64_t)(srv->p.request_timeout_s * 1e9);
     }
+    loom_stream_params *sps =
+        failed ? NULL : (loom_stream_params *)calloc((size_t)n_ch, sizeof *sps);
+    if (!failed && !sps) {
+        failed = 1;
+        res = fail(cn, 500, "server_error", NULL, NULL, "out of memory");
+    }
     for (int32_t i = 0; i < n_ch && !failed; i++) {
         srv_choice *c = &j->ch[i];
         loom_stream_params sp;
@@ -1014,26 +1020,40 @@ static enum MHD_Result handle_generate(srv_conn *cn, srv_kind kind)
         }
         sp.cb = job_event;
         sp.user = c;
-        /* the stream's reference, taken before its first event can drop it */
+        sps[i] = sp;
+    }
+    /* a prompt's n choices go to the lane as one group, which prefills the
+     * prompt once (issue 16) */
+    for (int32_t p = 0; p < n_prompts && !failed; p++) {
+        int32_t first = p * n_per;
+        uint64_t ids[SRV_MAX_CHOICES];
+        /* the streams' references, taken before their first event can
+         * drop them */
         loom_mutex_lock(srv->mu);
-        j->refs++;
+        j->refs += n_per;
         loom_mutex_unlock(srv->mu);
         loom_err err;
-        /* The id and n_added are written under mu before any event of the
-         * stream can be seen: the lane delivers on its own thread only
+        /* The ids and n_added are written under mu before any event of the
+         * streams can be seen: the lane delivers on its own thread only
          * after add returns. */
         loom_mutex_lock(j->mu);
-        loom_status st = loom_lane_add(srv->lane, &sp, &c->id, &err);
-        if (st == LOOM_OK)
-            j->n_added = i + 1;
+        loom_status st =
+            loom_lane_add_group(srv->lane, sps + first, n_per, ids, &err);
+        if (st == LOOM_OK) {
+            for (int32_t k = 0; k < n_per; k++)
+                j->ch[first + k].id = ids[k];
+            j->n_added = first + n_per;
+        }
         loom_mutex_unlock(j->mu);
         if (st != LOOM_OK) {
-            job_unref(j); /* no lane reference after all */
+            for (int32_t k = 0; k < n_per; k++)
+                job_unref(j); /* no lane reference after all */
             failed = 1;
             job_cancel(j, 0); /* the choices already added */
             res = lane_refused(cn, st, &err);
         }
     }
+    free(sps);
     for (int32_t p = 0; p < n_prompts; p++)
         free(pids[p]);
     if (failed)

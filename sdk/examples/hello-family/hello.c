@@ -90,6 +90,7 @@ static const loom_family_i hello_family = {
     /* .forward       = */ hello_forward,
     /* .commit        = */ NULL,
     /* .get_extension = */ NULL,
+    /* .cache_copy    = */ NULL,
 };
 
 static const void *LOOM_ABI hello_get_interface(const char *id)

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 2
-#define LOOM_ABI_MINOR 1
+#define LOOM_ABI_MINOR 2
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
@@ -611,6 +611,18 @@ typedef struct loom_family_i {
      * owned by the model, valid until close. [optional: none] [any-thread] */
     const void *(LOOM_ABI *get_extension)(const loom_model *model,
                                           const char *id);
+
+    /* Since 2.2. Makes `dst` an exact copy of `src`: its length, K/V rows
+     * and recurrent and conv state, so that the same rows fed to either
+     * give bit-identical logits (n streams of one prompt share its
+     * prefill). dst's old contents are dropped; src is unchanged. Refused
+     * with LOOM_ERR_STATE when src has an uncommitted window; on failure
+     * dst is empty or unchanged, never half-copied state that reads as
+     * valid. On a device the copy is stream-ordered. [optional: the lane
+     * prefills each stream itself; a 2.1 core never calls it]
+     * [lane-thread] */
+    loom_status(LOOM_ABI *cache_copy)(loom_model *model, loom_cache *dst,
+                                      const loom_cache *src, loom_err *err);
 } loom_family_i;
 
 /* ---------------------------------------------------------------- target */
