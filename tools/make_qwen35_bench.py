@@ -9,7 +9,12 @@ tiling a block of Gaussian values scaled by 1/sqrt(fan_in), starting at a
 different offset per tensor, which is as good as fully random for timing
 (the same bytes are read either way) and keeps every value finite.
 
+With --affine4 every linear weight (embedding and lm_head included) is
+MLX affine 4-bit instead, groups of 64: random 4-bit codes, BF16 scales and
+biases chosen so that the weights are zero-mean with the BF16 path's spread.
+
 Usage: make_qwen35_bench.py OUT_DIR [--geometry 0.8b|2b|9b] [--layers N]
+                            [--affine4]
 """
 import array
 import json
@@ -105,6 +110,25 @@ def tensors(cfg):
     return out
 
 
+def affine4(ts):
+    """Each "w" tensor as its MLX affine-4 triple."""
+    out = []
+    for name, shape, kind in ts:
+        if kind != "w":
+            out.append((name, shape, kind))
+            continue
+        rows, cols = shape
+        stem = name[: -len(".weight")]
+        out += [(name, [rows, cols // 8], "q4:%d" % cols),
+                (stem + ".scales", [rows, cols // 64], "scale:%d" % cols),
+                (stem + ".biases", [rows, cols // 64], "bias:%d" % cols)]
+    return out
+
+
+def nbytes(shape, kind):
+    return math.prod(shape) * (4 if kind.startswith("q4") else 2)
+
+
 def main():
     out_dir = sys.argv[1]
     cfg = dict(CONFIG)
@@ -114,11 +138,16 @@ def main():
         cfg["num_hidden_layers"] = int(sys.argv[sys.argv.index("--layers") + 1])
     os.makedirs(out_dir, exist_ok=True)
     rng = random.Random(1234)
+    quant = "--affine4" in sys.argv
     ts = tensors(cfg)
+    if quant:
+        ts = affine4(ts)
+        cfg["quantization"] = {"group_size": 64, "bits": 4}
     header, off = {}, 0
-    for name, shape, _ in ts:
-        n = math.prod(shape) * 2
-        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + n]}
+    for name, shape, kind in ts:
+        n = nbytes(shape, kind)
+        dt = "U32" if kind.startswith("q4") else "BF16"
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + n]}
         off += n
     hb = json.dumps(header, separators=(",", ":")).encode()
     hb += b" " * (-len(hb) % 8)
@@ -126,8 +155,25 @@ def main():
     with open(os.path.join(out_dir, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(hb)))
         f.write(hb)
+        codes = bytes(rng.getrandbits(8) for _ in range(BLOCK))
         for idx, (name, shape, kind) in enumerate(ts):
             n = math.prod(shape)
+            if kind.startswith("q4"):
+                # random codes 0..15: mean 7.5, spread 4.6 steps
+                left = n * 4
+                start = idx * 7919 % BLOCK
+                f.write(codes[start:start + left])
+                left -= min(left, BLOCK - start)
+                while left > 0:
+                    f.write(codes[:left])
+                    left -= min(left, BLOCK)
+                continue
+            if kind.startswith("scale") or kind.startswith("bias"):
+                std = 1.0 / math.sqrt(int(kind.split(":")[1]))
+                step = std / 4.6
+                v = step if kind.startswith("scale") else -7.5 * step
+                f.write(bf16_block_vals([v]) * n)
+                continue
             if kind == "w":
                 std = 1.0 / math.sqrt(shape[-1])
                 if std not in blocks:

@@ -64,6 +64,14 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
                 snprintf(t[n++].name, 32, "q35_gemv%d%s_%s", r ? 8 : 1,
                          u ? "_glu" : "", gd[i]);
             }
+    for (int r = 0; r < 2; r++)
+        for (int u = 0; u < 2; u++) {
+            t[n].f = &F->q4[r][u];
+            snprintf(t[n++].name, 32, "q35_q4_%d%s", r ? 8 : 1,
+                     u ? "_glu" : "");
+        }
+    t[n].f = &F->embed_q4;
+    snprintf(t[n++].name, 32, "q35_embed_q4");
 #define Q35_FN(member, nm)                                                     \
     t[n].f = &F->member;                                                       \
     snprintf(t[n++].name, 32, "%s", nm)
@@ -118,20 +126,54 @@ static loom_cu_ptr q35_put(q35_arena *a, const void *src, uint64_t bytes)
 
 static uint64_t q35_lin_bytes(const loom_weight *w)
 {
+    if (w->bits)
+        return (uint64_t)w->rows * (uint64_t)w->cols * (uint64_t)w->bits / 8;
     return (uint64_t)w->rows * (uint64_t)w->cols *
            (w->dtype == LOOM_DTYPE_F32 ? 4u : 2u);
 }
 
+/* An affine weight's scales or biases as float32 on the device (exact from
+ * BF16 and F16), converted through a host buffer. */
+static loom_cu_ptr q35_put_groups(q35_arena *a, const loom_weight *w,
+                                  const void *src)
+{
+    uint64_t n = (uint64_t)w->rows * (uint64_t)(w->cols / w->group_size);
+    if (a->dry || a->st != LOOM_OK)
+        return q35_put(a, NULL, n * 4);
+    float *f = malloc((size_t)n * sizeof *f);
+    if (!f) {
+        a->st = loom_err_set(a->err, LOOM_ERR_NOMEM,
+                             "qwen35 cuda: no memory for %llu group scales",
+                             (unsigned long long)n);
+        return 0;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        const uint16_t *h = (const uint16_t *)src;
+        f[i] = w->scale_dtype == LOOM_DTYPE_F32    ? ((const float *)src)[i]
+               : w->scale_dtype == LOOM_DTYPE_BF16 ? loom_bf16_to_f32(h[i])
+                                                   : loom_f16_to_f32(h[i]);
+    }
+    loom_cu_ptr p = q35_put(a, f, n * 4);
+    /* a pageable source is staged before the copy call returns */
+    free(f);
+    return p;
+}
+
 static void q35_put_lin(q35_arena *a, const loom_weight *w, q35_gpu_lin *out)
 {
-    if (!w->data) {
-        memset(out, 0, sizeof *out);
+    memset(out, 0, sizeof *out);
+    if (!w->data)
         return;
-    }
     out->p = q35_put(a, w->data, q35_lin_bytes(w));
     out->dtype = w->dtype;
     out->rows = (int32_t)w->rows;
     out->cols = (int32_t)w->cols;
+    if (w->bits) {
+        out->bits = w->bits;
+        out->group = w->group_size;
+        out->scales = q35_put_groups(a, w, w->scales);
+        out->biases = q35_put_groups(a, w, w->biases);
+    }
 }
 
 /* n products of one input back to back, as one [sum rows, cols] product
@@ -166,12 +208,24 @@ static void q35_put_cat(q35_arena *a, const loom_weight *const *w, int n,
                                   a->g->cu->memcpyHtoDAsync(
                                       p + at, w[i]->data, b, a->g->cu->stream),
                                   "uploading weights", a->err);
-        *out[i] = (q35_gpu_lin){a->dry ? 0 : p + at, w[i]->dtype,
-                                (int32_t)w[i]->rows, (int32_t)w[i]->cols};
+        *out[i] = (q35_gpu_lin){a->dry ? 0 : p + at,
+                                w[i]->dtype,
+                                (int32_t)w[i]->rows,
+                                (int32_t)w[i]->cols,
+                                0,
+                                0,
+                                0,
+                                0};
         at += b;
     }
-    *cat = (q35_gpu_lin){a->dry ? 0 : p, w[0]->dtype, (int32_t)rows,
-                         (int32_t)w[0]->cols};
+    *cat = (q35_gpu_lin){a->dry ? 0 : p,
+                         w[0]->dtype,
+                         (int32_t)rows,
+                         (int32_t)w[0]->cols,
+                         0,
+                         0,
+                         0,
+                         0};
 }
 
 /* n experts' weights (one of gate/up/down) back to back. */
@@ -263,37 +317,65 @@ static void q35_place_weights(loom_model *m, q35_arena *a)
 
 /* Refuses what the kernels do not take: quantized weights, shapes past the
  * kernels' register tiles. */
+/* An affine weight the kernels take: 4 bits, groups of a multiple of 32
+ * columns, rows a multiple of 32 long. */
+static loom_status q35_gpu_affine_ok(const loom_weight *w, const char *what,
+                                     loom_err *err)
+{
+    if (!w->data || !w->bits)
+        return LOOM_OK;
+    if (w->bits != 4)
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "qwen35: %s: affine-%d weights are not supported "
+                            "on cuda yet (affine-4 is)",
+                            what, w->bits);
+    if (w->group_size % 32 != 0 || w->cols % 32 != 0)
+        return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                            "qwen35: %s: affine-4 with group size %d over %lld "
+                            "columns; cuda takes groups and rows of a "
+                            "multiple of 32",
+                            what, w->group_size, (long long)w->cols);
+    return LOOM_OK;
+}
+
+/* Refuses what the kernels do not take: affine weights other than 4-bit
+ * (and quantized experts), shapes past the kernels' register tiles. */
 static loom_status q35_gpu_supported(loom_model *m, loom_err *err)
 {
     const q35_geometry *G = &m->g;
     q35_weights *w = &m->w;
-    const loom_weight *ws[] = {&w->embed, &w->lm_head};
-    for (int i = 0; i < 2; i++)
-        if (ws[i]->bits)
-            return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
-                                "qwen35: affine-%d weights are not supported "
-                                "on cuda yet",
-                                ws[i]->bits);
-    for (int64_t i = 0; i < G->n_layers; i++) {
+    loom_status st = q35_gpu_affine_ok(&w->embed, "embed_tokens", err);
+    if (st == LOOM_OK)
+        st = q35_gpu_affine_ok(&w->lm_head, "lm_head", err);
+    for (int64_t i = 0; st == LOOM_OK && i < G->n_layers; i++) {
         const q35_layer *L = &w->layers[i];
         const loom_weight *all[] = {
             &L->q_proj,   &L->k_proj, &L->v_proj,  &L->o_proj,   &L->in_qkv,
             &L->in_z,     &L->in_b,   &L->in_a,    &L->in_qkvz,  &L->in_ba,
             &L->out_proj, &L->gate,   &L->up,      &L->down,     &L->router,
             &L->sh_gate,  &L->sh_up,  &L->sh_down, &L->sh_gate_w};
-        for (size_t k = 0; k < sizeof all / sizeof *all; k++)
-            if (all[k]->data && all[k]->bits)
-                return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
-                                    "qwen35: affine-%d weights are not "
-                                    "supported on cuda yet",
-                                    all[k]->bits);
-        for (int64_t e = 0; L->experts && e < G->n_experts; e++)
+        for (size_t k = 0; st == LOOM_OK && k < sizeof all / sizeof *all; k++)
+            st = q35_gpu_affine_ok(all[k], "a layer's projection", err);
+        /* SwiGLU reads gate and up in one launch: both quantized or neither */
+        const loom_weight *pairs[2][2] = {{&L->gate, &L->up},
+                                          {&L->sh_gate, &L->sh_up}};
+        for (int k = 0; st == LOOM_OK && k < 2; k++)
+            if (pairs[k][0]->data && pairs[k][0]->bits != pairs[k][1]->bits)
+                st = loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                                  "qwen35: layer %lld: gate_proj is %d-bit "
+                                  "and up_proj %d-bit; cuda takes them alike",
+                                  (long long)i, pairs[k][0]->bits,
+                                  pairs[k][1]->bits);
+        for (int64_t e = 0; st == LOOM_OK && L->experts && e < G->n_experts;
+             e++)
             if (L->experts[e].gate.bits)
-                return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
-                                    "qwen35: affine-%d weights are not "
-                                    "supported on cuda yet",
-                                    L->experts[e].gate.bits);
+                st = loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                                  "qwen35: affine-%d experts are not "
+                                  "supported on cuda yet",
+                                  L->experts[e].gate.bits);
     }
+    if (st != LOOM_OK)
+        return st;
     if (G->head_dim > 256 || G->lin_dk > 256 ||
         (G->lin_dk + 31) / 32 * ((G->lin_dv + 31) / 32 * 32) > 512 ||
         G->conv_kernel > 8 || G->conv_kernel < 1)

@@ -16,6 +16,10 @@ typedef struct q35_gpu_lin {
     loom_cu_ptr p;
     loom_dtype dtype;
     int32_t rows, cols;
+    /* MLX affine: bits 4, p the words, float32 scales and biases per group
+     * of `group` columns; bits 0 for plain weights */
+    int32_t bits, group;
+    loom_cu_ptr scales, biases;
 } q35_gpu_lin;
 
 typedef struct q35_gpu_layer {
@@ -37,6 +41,8 @@ typedef struct q35_gpu_fns {
     loom_cu_function linear[3];
     /* the streaming form (linear.cu): [bf16, f16][1 row, 8 rows][SwiGLU] */
     loom_cu_function gemv[2][2][2];
+    /* affine 4-bit (linear.cu): [1 row, 8 rows][SwiGLU]; its embedding */
+    loom_cu_function q4[2][2], embed_q4;
     loom_cu_function rmsnorm, conv, conv_restore;
     loom_cu_function gdn_rec, gdn_replay;
     loom_cu_function attn_prep, attention, attn_combine;

@@ -87,6 +87,36 @@ static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
     long long estride = (long long)rows * cols;
     float eps = (float)R->m->g.eps;
     int dt = q35_dt(w->dtype);
+    if (nw && (w->bits || !(dt < 2 && cols % 8 == 0 && ldx % 4 == 0))) {
+        /* the other kernels read a normed copy */
+        loom_cu_ptr none = 0, xn = R->g->s.xn;
+        int H = cols;
+        void *na[] = {&x, &none, &xn, &nw, &H, &eps};
+        loom_status st = q35_gpu_launch(R->g, R->g->fn.rmsnorm, (unsigned)T, 1,
+                                        1024, 0, na, "q35_rmsnorm", R->err);
+        if (st != LOOM_OK)
+            return st;
+        x = xn;
+        nw = 0;
+    }
+    if (w->bits) {
+        /* affine 4-bit (q35_gpu_supported let no other through); the same
+         * shape rule for warps per row, over 32-column chunks */
+        int wpr = 1;
+        int64_t groups = ((int64_t)rows + 3) / 4;
+        while (wpr < 8 && groups * wpr < 2048 && cols >= 2048 * wpr)
+            wpr *= 2;
+        int many = T > 1, glu = mode == 2, nt = many ? 8 : 1;
+        int rpw = glu ? 2 : 4, gsz = w->group;
+        int64_t warps = ((int64_t)rows + rpw - 1) / rpw * wpr;
+        loom_cu_ptr s1 = w->scales, b1 = w->biases;
+        loom_cu_ptr s2 = w2 ? w2->scales : 0, b2 = w2 ? w2->biases : 0;
+        void *args[] = {&wp, &s1,  &b1,   &w2p,  &s2, &b2,   &x,   &ldx,
+                        &y,  &ldy, &rows, &cols, &T,  &mode, &wpr, &gsz};
+        return q35_gpu_launch(
+            R->g, R->g->fn.q4[many][glu], (unsigned)((warps + 7) / 8),
+            (unsigned)((T + nt - 1) / nt), 256, 0, args, "q35_q4", R->err);
+    }
     if (dt < 2 && cols % 8 == 0 && ldx % 4 == 0) {
         int wpr = q35_wpr(rows, cols);
         /* one token per block for experts (each row its own) and steps */
@@ -100,17 +130,6 @@ static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
         return q35_gpu_launch(
             R->g, R->g->fn.gemv[dt][many][glu], (unsigned)((warps + 7) / 8),
             (unsigned)((T + nt - 1) / nt), 256, 0, args, "q35_gemv", R->err);
-    }
-    if (nw) {
-        /* the general kernel reads a normed copy */
-        loom_cu_ptr none = 0, xn = R->g->s.xn;
-        int H = cols;
-        void *na[] = {&x, &none, &xn, &nw, &H, &eps};
-        loom_status st = q35_gpu_launch(R->g, R->g->fn.rmsnorm, (unsigned)T, 1,
-                                        1024, 0, na, "q35_rmsnorm", R->err);
-        if (st != LOOM_OK)
-            return st;
-        x = xn;
     }
     int tile = sel ? 1 : 8;
     int wpr = 1;
@@ -286,8 +305,14 @@ static loom_status q35_gpu_layers(const q35_run *R, int32_t n_logits,
     q35_gpu_scratch *s = &g->s;
     const q35_geometry *G = &m->g;
     int H = (int)G->hidden;
-    Q35_LAUNCH(embed[q35_dt(g->embed.dtype)], R->T, 1, 256, 0, &g->embed.p,
-               &s->rows, &s->h, &H);
+    if (g->embed.bits) {
+        int gsz = g->embed.group;
+        Q35_LAUNCH(embed_q4, R->T, 1, 256, 0, &g->embed.p, &g->embed.scales,
+                   &g->embed.biases, &s->rows, &s->h, &H, &gsz);
+    } else {
+        Q35_LAUNCH(embed[q35_dt(g->embed.dtype)], R->T, 1, 256, 0, &g->embed.p,
+                   &s->rows, &s->h, &H);
+    }
     for (int64_t i = 0; i < G->n_layers; i++) {
         q35_gpu_layer *L = &g->layers[i];
         /* the norms before the mixer and the MLP run inside their products */

@@ -53,3 +53,21 @@ extern "C" __global__ void q35_rmsnorm(const float *x, const int *map,
     for (int i = threadIdx.x; i < n; i += blockDim.x)
         o[i] = __fmul_rn(__fmul_rn(xr[i], r), w[i]);
 }
+
+// h[t] = the token's row of an MLX affine 4-bit table (q35_q4_body's
+// layout), w = scale * q + bias.
+extern "C" __global__ void q35_embed_q4(const uint32_t *q, const float *sc,
+                                        const float *bi,
+                                        const q35_gpu_row *rows, float *h,
+                                        int H, int gsz)
+{
+    Q35_PDL_ENTER();
+    int t = blockIdx.x;
+    int64_t r = rows[t].token;
+    const uint32_t *qr = q + r * (H / 8);
+    for (int c = threadIdx.x; c < H; c += blockDim.x) {
+        int64_t g = r * (H / gsz) + c / gsz;
+        float v = (float)((qr[c / 8] >> (4 * (c % 8))) & 15u);
+        h[(int64_t)t * H + c] = __fadd_rn(__fmul_rn(sc[g], v), bi[g]);
+    }
+}

@@ -347,3 +347,142 @@ Q35_GEMV(q35_gemv1_f16, __half, 1, 4, false)
 Q35_GEMV(q35_gemv1_glu_f16, __half, 1, 2, true)
 Q35_GEMV(q35_gemv8_f16, __half, 8, Q35_GEMV8_RPW, false)
 Q35_GEMV(q35_gemv8_glu_f16, __half, 8, Q35_GEMV8_RPW / 2, true)
+
+// MLX affine 4-bit weights: q is [rows, cols / 8] words, element c of a row
+// in bits 4 (c % 8) of word c / 8; scales and biases [rows, cols / gsz] as
+// float32; w = scale * q + bias, rounded as the CPU path (a product, then a
+// sum). A lane takes 32 columns (16 bytes of q, inside one group) per
+// chunk, part p of wpr the chunks p, p + wpr, ... of its rows; a row's sum
+// is its columns in order per lane, the butterfly, the parts in order: the
+// same for any token count. The norm is not fused (x is ready).
+template <int NT, int RPW, bool GLU>
+__device__ __forceinline__ void
+q35_q4_body(const uint32_t *q, const float *sc, const float *bi,
+            const uint32_t *q2, const float *sc2, const float *bi2,
+            const float *x, int ldx, float *y, int ldy, int rows, int cols,
+            int T, int mode, int wpr, int gsz)
+{
+    constexpr int S = GLU ? 2 * RPW : RPW;
+    __shared__ float red[8][S][NT];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int part = warp % wpr;
+    int r0 = (blockIdx.x * (8 / wpr) + warp / wpr) * RPW;
+    int t0 = blockIdx.y * NT;
+    int nt = min(NT, T - t0);
+    q35_pdl_allow();
+    int live = nt > 0 ? max(0, min(RPW, rows - r0)) : 0;
+    int wpr_row = cols / 8, G = cols / gsz;
+#define Q35_QROW(j) ((j) < RPW ? q + (int64_t)(r0 + (j)) * wpr_row              \
+                               : q2 + (int64_t)(r0 + (j) - RPW) * wpr_row)
+#define Q35_QOK(j)  (((j) < RPW ? (j) : (j) - RPW) < live)
+    int step = 1024 * wpr;
+    int c0 = part * 1024 + lane * 32;
+    uint4 cur[S];
+#pragma unroll
+    for (int j = 0; j < S; j++)
+        cur[j] = Q35_QOK(j) && c0 < cols ? q35_ldw(Q35_QROW(j) + c0 / 8)
+                                         : make_uint4(0, 0, 0, 0);
+    q35_pdl_wait();
+    float acc[S][NT];
+#pragma unroll
+    for (int j = 0; j < S; j++)
+#pragma unroll
+        for (int k = 0; k < NT; k++)
+            acc[j][k] = 0.0f;
+    for (int c = c0; c < cols; c += step) {
+        uint4 nxt[S];
+        bool more = c + step < cols;
+#pragma unroll
+        for (int j = 0; j < S; j++)
+            nxt[j] = more && Q35_QOK(j) ? q35_ldw(Q35_QROW(j) + (c + step) / 8)
+                                        : make_uint4(0, 0, 0, 0);
+        float s[S], b[S];
+#pragma unroll
+        for (int j = 0; j < S; j++) {
+            int r = r0 + (j < RPW ? j : j - RPW);
+            int64_t gi = (int64_t)(Q35_QOK(j) ? r : 0) * G + c / gsz;
+            s[j] = __ldg((j < RPW ? sc : sc2) + gi);
+            b[j] = __ldg((j < RPW ? bi : bi2) + gi);
+        }
+#pragma unroll
+        for (int wd = 0; wd < 4; wd++) {
+            float wv[S][8];
+#pragma unroll
+            for (int j = 0; j < S; j++) {
+                uint32_t u = wd == 0   ? cur[j].x
+                             : wd == 1 ? cur[j].y
+                             : wd == 2 ? cur[j].z
+                                       : cur[j].w;
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    wv[j][i] = __fadd_rn(
+                        __fmul_rn(s[j], (float)((u >> (4 * i)) & 15u)), b[j]);
+            }
+#pragma unroll
+            for (int k = 0; k < NT; k++) {
+                if (k >= nt)
+                    break;
+                const float *xr = x + (int64_t)(t0 + k) * ldx + c + wd * 8;
+                float4 xa = __ldg(reinterpret_cast<const float4 *>(xr));
+                float4 xb = __ldg(reinterpret_cast<const float4 *>(xr + 4));
+                float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                for (int j = 0; j < S; j++)
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        acc[j][k] = fmaf(wv[j][i], xv[i], acc[j][k]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < S; j++)
+            cur[j] = nxt[j];
+    }
+#undef Q35_QROW
+#undef Q35_QOK
+#pragma unroll
+    for (int j = 0; j < S; j++)
+#pragma unroll
+        for (int k = 0; k < NT; k++) {
+            float v = q35_warp_sum(acc[j][k]);
+            if (lane == 0)
+                red[warp][j][k] = v;
+        }
+    __syncthreads();
+    if (part != 0)
+        return;
+    for (int l = lane; l < RPW * NT; l += 32) {
+        int j = l / NT, k = l % NT;
+        if (k >= nt || r0 + j >= rows)
+            continue;
+        float v = red[warp][j][k];
+        for (int p = 1; p < wpr; p++)
+            v = __fadd_rn(v, red[warp + p][j][k]);
+        float *o = y + (int64_t)(t0 + k) * ldy + r0 + j;
+        if (GLU) {
+            float v2 = red[warp][RPW + j][k];
+            for (int p = 1; p < wpr; p++)
+                v2 = __fadd_rn(v2, red[warp + p][RPW + j][k]);
+            *o = __fmul_rn(q35_silu(v), v2);
+        } else if (mode == 1) {
+            *o = __fadd_rn(*o, v);
+        } else {
+            *o = v;
+        }
+    }
+}
+
+#define Q35_Q4(name, NT, RPW, GLU)                                             \
+    extern "C" __global__ void __launch_bounds__(256) name(                    \
+        const uint32_t *q, const float *sc, const float *bi,                   \
+        const uint32_t *q2, const float *sc2, const float *bi2,                \
+        const float *x, int ldx, float *y, int ldy, int rows, int cols, int T, \
+        int mode, int wpr, int gsz)                                            \
+    {                                                                          \
+        q35_q4_body<NT, RPW, GLU>(q, sc, bi, q2, sc2, bi2, x, ldx, y, ldy,     \
+                                  rows, cols, T, mode, wpr, gsz);              \
+    }
+
+Q35_Q4(q35_q4_1, 1, 4, false)
+Q35_Q4(q35_q4_1_glu, 1, 2, true)
+Q35_Q4(q35_q4_8, 8, 4, false)
+Q35_Q4(q35_q4_8_glu, 8, 2, true)
