@@ -83,24 +83,11 @@ __device__ __forceinline__ float q35_ld(const float *p, int64_t i)
 // Eight consecutive weights as float32 from a 16-byte aligned address.
 __device__ __forceinline__ void q35_ld8(const uint16_t *p, float *o)
 {
-    uint4 u = *reinterpret_cast<const uint4 *>(p);
-    uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        o[2 * i] = __uint_as_float(w[i] << 16);
-        o[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
+    q35_cvt8(*reinterpret_cast<const uint4 *>(p), p, o);
 }
 __device__ __forceinline__ void q35_ld8(const __half *p, float *o)
 {
-    uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 f = __half22float2(h[i]);
-        o[2 * i] = f.x;
-        o[2 * i + 1] = f.y;
-    }
+    q35_cvt8(*reinterpret_cast<const uint4 *>(p), p, o);
 }
 __device__ __forceinline__ void q35_ld8(const float *p, float *o)
 {

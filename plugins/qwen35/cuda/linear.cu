@@ -161,6 +161,81 @@ Q35_LINEAR(q35_linear_bf16, uint16_t)
 Q35_LINEAR(q35_linear_f16, __half)
 Q35_LINEAR(q35_linear_f32, float)
 
+// Eight columns c.. of S weight rows (wv, as float32) against each of the
+// tile's nt tokens: acc[j][k] += wv[j][i] * x[t0 + k][c + i], i in order.
+// With nw the activations are normed first: (x r[k]) nw, two roundings.
+template <int S, int NT>
+__device__ __forceinline__ void
+q35_tokens8(const float (*wv)[8], const float *x, int ldx, int t0, int nt,
+            int c, const float *nw, const float *rs, float (*acc)[NT])
+{
+#pragma unroll
+    for (int k = 0; k < NT; k++) {
+        if (k >= nt)
+            break;
+        const float *xr = x + (int64_t)(t0 + k) * ldx + c;
+        float4 a = __ldg(reinterpret_cast<const float4 *>(xr));
+        float4 b = __ldg(reinterpret_cast<const float4 *>(xr + 4));
+        float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        if (nw) {
+            float4 ga = __ldg(reinterpret_cast<const float4 *>(nw + c));
+            float4 gb = __ldg(reinterpret_cast<const float4 *>(nw + c + 4));
+            float gv[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+            float r = rs[k];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                xv[i] = __fmul_rn(__fmul_rn(xv[i], r), gv[i]);
+        }
+#pragma unroll
+        for (int j = 0; j < S; j++)
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                acc[j][k] = fmaf(wv[j][i], xv[i], acc[j][k]);
+    }
+}
+
+// The end of a streaming product: each warp's sums over its lanes (the
+// fixed butterfly) into red, then the first warp of each row group adds its
+// parts in part order and stores: y = s, y += s (mode 1), or y = silu(s) *
+// s2 (GLU, s2 the sum over w2's row).
+template <int S, int NT, int RPW, bool GLU>
+__device__ __forceinline__ void
+q35_rows_finish(float (*acc)[NT], float (*red)[S][NT], int part, int wpr,
+                int r0, int rows, int t0, int nt, float *y, int ldy, int mode)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < S; j++)
+#pragma unroll
+        for (int k = 0; k < NT; k++) {
+            float v = q35_warp_sum(acc[j][k]);
+            if (lane == 0)
+                red[warp][j][k] = v;
+        }
+    __syncthreads();
+    if (part != 0)
+        return;
+    for (int l = lane; l < RPW * NT; l += 32) {
+        int j = l / NT, k = l % NT;
+        if (k >= nt || r0 + j >= rows)
+            continue;
+        float v = red[warp][j][k];
+        for (int q = 1; q < wpr; q++)
+            v = __fadd_rn(v, red[warp + q][j][k]);
+        float *o = y + (int64_t)(t0 + k) * ldy + r0 + j;
+        if (GLU) {
+            float v2 = red[warp][RPW + j][k];
+            for (int q = 1; q < wpr; q++)
+                v2 = __fadd_rn(v2, red[warp + q][RPW + j][k]);
+            *o = __fmul_rn(q35_silu(v), v2);
+        } else if (mode == 1) {
+            *o = __fadd_rn(*o, v);
+        } else {
+            *o = v;
+        }
+    }
+}
+
 // The streaming form for BF16 and F16 weights whose rows are a multiple of
 // 8 long: each warp takes RPW consecutive output rows (SwiGLU: RPW rows of
 // w and of w2), so each activation load feeds RPW weight rows, and keeps
@@ -256,31 +331,7 @@ q35_gemv_body(const W *w, const W *w2, const float *x, int ldx, float *y,
 #pragma unroll
             for (int j = 0; j < S; j++)
                 q35_cvt8(cur[u][j], w, wv[j]);
-#pragma unroll
-            for (int k = 0; k < NT; k++) {
-                if (k >= nt)
-                    break;
-                const float *xr = x + (int64_t)(t0 + k) * ldx + cc;
-                float4 a = __ldg(reinterpret_cast<const float4 *>(xr));
-                float4 b = __ldg(reinterpret_cast<const float4 *>(xr + 4));
-                float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-                if (nw) {
-                    float4 ga = __ldg(reinterpret_cast<const float4 *>(nw + cc));
-                    float4 gb =
-                        __ldg(reinterpret_cast<const float4 *>(nw + cc + 4));
-                    float gv[8] = {ga.x, ga.y, ga.z, ga.w,
-                                   gb.x, gb.y, gb.z, gb.w};
-                    float r = rs[k];
-#pragma unroll
-                    for (int i = 0; i < 8; i++)
-                        xv[i] = __fmul_rn(__fmul_rn(xv[i], r), gv[i]);
-                }
-#pragma unroll
-                for (int j = 0; j < S; j++)
-#pragma unroll
-                    for (int i = 0; i < 8; i++)
-                        acc[j][k] = fmaf(wv[j][i], xv[i], acc[j][k]);
-            }
+            q35_tokens8<S, NT>(wv, x, ldx, t0, nt, cc, nw, rs, acc);
         }
 #pragma unroll
         for (int u = 0; u < U; u++)
@@ -290,37 +341,8 @@ q35_gemv_body(const W *w, const W *w2, const float *x, int ldx, float *y,
     }
 #undef Q35_WROW
 #undef Q35_WOK
-#pragma unroll
-    for (int j = 0; j < S; j++)
-#pragma unroll
-        for (int k = 0; k < NT; k++) {
-            float s = q35_warp_sum(acc[j][k]);
-            if (lane == 0)
-                red[warp][j][k] = s;
-        }
-    __syncthreads();
-    // the lanes of a row group's first warp finish (row j, token k) = l
-    if (part != 0)
-        return;
-    for (int l = lane; l < RPW * NT; l += 32) {
-        int j = l / NT, k = l % NT;
-        if (k >= nt || r0 + j >= rows)
-            continue;
-        float s = red[warp][j][k];
-        for (int q = 1; q < wpr; q++)
-            s = __fadd_rn(s, red[warp + q][j][k]);
-        float *o = y + (int64_t)(t0 + k) * ldy + r0 + j;
-        if (GLU) {
-            float s2 = red[warp][RPW + j][k];
-            for (int q = 1; q < wpr; q++)
-                s2 = __fadd_rn(s2, red[warp + q][RPW + j][k]);
-            *o = __fmul_rn(q35_silu(s), s2);
-        } else if (mode == 1) {
-            *o = __fadd_rn(*o, s);
-        } else {
-            *o = s;
-        }
-    }
+    q35_rows_finish<S, NT, RPW, GLU>(acc, red, part, wpr, r0, rows, t0, nt, y,
+                                     ldy, mode);
 }
 
 // blocks per SM the register budget is cut for
@@ -418,20 +440,8 @@ q35_q4_body(const uint32_t *q, const float *sc, const float *bi,
                     wv[j][i] = __fadd_rn(
                         __fmul_rn(s[j], (float)((u >> (4 * i)) & 15u)), b[j]);
             }
-#pragma unroll
-            for (int k = 0; k < NT; k++) {
-                if (k >= nt)
-                    break;
-                const float *xr = x + (int64_t)(t0 + k) * ldx + c + wd * 8;
-                float4 xa = __ldg(reinterpret_cast<const float4 *>(xr));
-                float4 xb = __ldg(reinterpret_cast<const float4 *>(xr + 4));
-                float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-                for (int j = 0; j < S; j++)
-#pragma unroll
-                    for (int i = 0; i < 8; i++)
-                        acc[j][k] = fmaf(wv[j][i], xv[i], acc[j][k]);
-            }
+            q35_tokens8<S, NT>(wv, x, ldx, t0, nt, c + wd * 8, nullptr,
+                               nullptr, acc);
         }
 #pragma unroll
         for (int j = 0; j < S; j++)
@@ -439,36 +449,8 @@ q35_q4_body(const uint32_t *q, const float *sc, const float *bi,
     }
 #undef Q35_QROW
 #undef Q35_QOK
-#pragma unroll
-    for (int j = 0; j < S; j++)
-#pragma unroll
-        for (int k = 0; k < NT; k++) {
-            float v = q35_warp_sum(acc[j][k]);
-            if (lane == 0)
-                red[warp][j][k] = v;
-        }
-    __syncthreads();
-    if (part != 0)
-        return;
-    for (int l = lane; l < RPW * NT; l += 32) {
-        int j = l / NT, k = l % NT;
-        if (k >= nt || r0 + j >= rows)
-            continue;
-        float v = red[warp][j][k];
-        for (int p = 1; p < wpr; p++)
-            v = __fadd_rn(v, red[warp + p][j][k]);
-        float *o = y + (int64_t)(t0 + k) * ldy + r0 + j;
-        if (GLU) {
-            float v2 = red[warp][RPW + j][k];
-            for (int p = 1; p < wpr; p++)
-                v2 = __fadd_rn(v2, red[warp + p][RPW + j][k]);
-            *o = __fmul_rn(q35_silu(v), v2);
-        } else if (mode == 1) {
-            *o = __fadd_rn(*o, v);
-        } else {
-            *o = v;
-        }
-    }
+    q35_rows_finish<S, NT, RPW, GLU>(acc, red, part, wpr, r0, rows, t0, nt, y,
+                                     ldy, mode);
 }
 
 #define Q35_Q4(name, NT, RPW, GLU)                                             \

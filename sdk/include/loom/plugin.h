@@ -521,7 +521,10 @@ enum loom_model_caps {
  * copies what it keeps). */
 typedef struct loom_model_options {
     uint32_t struct_size;
-    int32_t device;      /* loom_device_kind: CPU or CUDA, never AUTO */
+    /* loom_device_kind: CPU, CUDA, or AUTO only when the host has a device:
+     * the family then opens on CUDA if its kernels take the model (a
+     * format they refuse opens on the CPU) */
+    int32_t device;
     int64_t max_context; /* 0: the model's own limit */
     int32_t max_rows;    /* most rows one forward will be given; 0: 512 */
     int32_t max_streams; /* caches alive at once, for pools; 0: unbounded */
