@@ -767,6 +767,11 @@ void loom_socket_set_rcvlowat(loom_socket s, int n)
     setsockopt((int)s, SOL_SOCKET, SO_RCVLOWAT, &n, sizeof n);
 }
 
+void loom_socket_set_rcvbuf(loom_socket s, int n)
+{
+    setsockopt((int)s, SOL_SOCKET, SO_RCVBUF, &n, sizeof n);
+}
+
 int loom_socket_poll(const loom_socket *s, size_t n, unsigned char *ready,
                      uint32_t timeout_ms)
 {

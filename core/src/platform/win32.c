@@ -922,8 +922,13 @@ long loom_socket_peek(loom_socket s, void *buf, size_t n)
 
 void loom_socket_set_rcvlowat(loom_socket s, int n)
 {
-    (void)s; /* no effect on Windows sockets */
+    (void)s; /* Winsock has no SO_RCVLOWAT: the gate backs off instead */
     (void)n;
+}
+
+void loom_socket_set_rcvbuf(loom_socket s, int n)
+{
+    setsockopt((SOCKET)s, SOL_SOCKET, SO_RCVBUF, (const char *)&n, sizeof n);
 }
 
 int loom_socket_poll(const loom_socket *s, size_t n, unsigned char *ready,

@@ -1366,6 +1366,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         cn->peer = ci ? ci->socket_context : NULL;
+        /* One request a connection (behind the gate): a later request's
+         * head would reach libmicrohttpd unchecked, and it answers a
+         * malformed one with an HTML page. Keeping a connection alive saves
+         * a connect, which is small beside a generation; libmicrohttpd
+         * reads this as the client's "Connection: close". Under TLS the
+         * gate cannot read heads, so nothing is gained there. */
+        if (!srv->tls_cert)
+            MHD_set_connection_value(c, MHD_HEADER_KIND, "Connection", "close");
         /* A declared length over the limit is refused before reading it. */
         const char *cl =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -1662,8 +1670,8 @@ loom_status loom_server_start(const loom_server_params *params,
         goto fail;
     }
     if (!srv->tls_cert) {
-        st = srv_gate_start(srv->listen_sock, read_ms, gate_pass, gate_refused,
-                            srv, &srv->gate, err);
+        st = srv_gate_start(srv->listen_sock, read_ms, srv->max_body, gate_pass,
+                            gate_refused, srv, &srv->gate, err);
         if (st != LOOM_OK)
             goto fail;
     }

@@ -1,9 +1,19 @@
 /* The server's front door: one thread accepts connections and keeps each
- * one, without reading it, until its first request head is complete (the
- * bytes stay in the socket for libmicrohttpd) or its deadline passes, so
- * slow clients hold no connection slot and no thread while they trickle.
- * A malformed head gets an OpenAI-shaped JSON error here; libmicrohttpd
- * would answer with an HTML page. */
+ * one, without reading it, until its request head (and a chunked body) is
+ * complete (the bytes stay in the socket for libmicrohttpd) or its deadline
+ * passes, so slow clients hold no connection slot and no thread while they
+ * trickle. A malformed head or chunked framing gets an OpenAI-shaped JSON
+ * error here; libmicrohttpd would answer with an HTML page. The server
+ * closes each connection after its answer (server.c), so every request
+ * comes through here.
+ *
+ * The gate looks at a connection again only when it may have more bytes:
+ * where the platform has SO_RCVLOWAT, poll wakes only past what was seen;
+ * everywhere, a connection whose head is still incomplete is left out of
+ * the poll for a time that doubles with each look (up to a quarter
+ * second), so a client sending a byte at a time costs a few looks a
+ * second, and a platform without SO_RCVLOWAT (Windows) does not spin on
+ * sockets that stay readable. */
 #include "server_gate.h"
 
 #include <stdio.h>
@@ -41,7 +51,8 @@ static int refuse(srv_error *e, int status, const char *code, const char *what)
     return -1;
 }
 
-int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e)
+int srv_head_parse(const char *buf, size_t len, size_t *head_len,
+                   int *chunked_out, srv_error *e)
 {
     const char *p = buf, *end = buf + len;
     const char *nl = line_end(p, end);
@@ -75,7 +86,7 @@ int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e)
         return refuse(e, 505, "http_version_not_supported",
                       "only HTTP/1.0 and HTTP/1.1 are served");
 
-    int n_length = 0, chunked = 0;
+    int n_length = 0, chunked = 0, n_fields = 0;
     for (p = nl + 1;;) {
         nl = line_end(p, end);
         if (!nl)
@@ -93,6 +104,11 @@ int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e)
         if (*p == ' ' || *p == '\t')
             return refuse(e, 400, "bad_request",
                           "folded header lines are not accepted");
+        /* libmicrohttpd keeps each field in a small per-connection pool
+         * and answers its own HTML 431 when it runs out */
+        if (++n_fields > SRV_FIELDS_MAX)
+            return refuse(e, 431, "headers_too_large",
+                          "the request head has over 100 header fields");
         q = p;
         while (q < le && is_tchar((unsigned char)*q))
             q++;
@@ -133,7 +149,103 @@ int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e)
         return refuse(e, 400, "bad_request",
                       "Transfer-Encoding with Content-Length (or twice)");
     *head_len = (size_t)(nl + 1 - buf);
+    if (chunked_out)
+        *chunked_out = chunked;
     return 0;
+}
+
+int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e)
+{
+    return srv_head_parse(buf, len, head_len, NULL, e);
+}
+
+/* The value of the hexadecimal digits P..END (at most 16), or -1. */
+static int64_t chunk_size(const char *p, const char *end)
+{
+    uint64_t v = 0;
+    if (p == end || end - p > 15)
+        return -1;
+    for (; p < end; p++) {
+        int d = *p >= '0' && *p <= '9'   ? *p - '0'
+                : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10
+                : *p >= 'A' && *p <= 'F' ? *p - 'A' + 10
+                                         : -1;
+        if (d < 0)
+            return -1;
+        v = v * 16 + (uint64_t)d;
+    }
+    return (int64_t)v;
+}
+
+int srv_chunked_check(const char *buf, size_t len, uint64_t max_body,
+                      size_t *body_len, srv_error *e)
+{
+    const char *p = buf, *end = buf + len;
+    uint64_t total = 0;
+    for (;;) {
+        const char *nl = line_end(p, end);
+        if (!nl)
+            return end - p > 1024 ? refuse(e, 400, "bad_request",
+                                           "a chunk size line over 1024 bytes")
+                                  : 1;
+        const char *le = nl > p && nl[-1] == '\r' ? nl - 1 : nl;
+        const char *q = p;
+        while (q < le && *q != ';')
+            q++;
+        int64_t size = chunk_size(p, q);
+        if (size < 0)
+            return refuse(e, 400, "bad_request", "malformed chunk size");
+        for (const char *c = q; c < le; c++) /* an extension, ignored */
+            if (((unsigned char)*c < 0x20 && *c != '\t') ||
+                (unsigned char)*c == 0x7f)
+                return refuse(e, 400, "bad_request",
+                              "a control character in a chunk extension");
+        if ((uint64_t)size > max_body - total) {
+            srv_error_set(e, 413, "invalid_request_error", "body_too_large",
+                          NULL, "the request body is over the %llu byte limit",
+                          (unsigned long long)max_body);
+            return -1;
+        }
+        total += (uint64_t)size;
+        p = nl + 1;
+        if (size == 0)
+            break;
+        /* the data, then CRLF (or a bare LF, as libmicrohttpd takes) */
+        if ((uint64_t)(end - p) < (uint64_t)size + 1)
+            return 1;
+        p += size;
+        if (*p == '\r') {
+            if (end - p < 2)
+                return 1;
+            p++;
+        }
+        if (*p != '\n')
+            return refuse(e, 400, "bad_request",
+                          "a chunk is longer than its size says");
+        p++;
+    }
+    /* trailer fields, then the blank line */
+    for (int n = 0;; n++) {
+        const char *nl = line_end(p, end);
+        if (!nl)
+            return 1;
+        const char *le = nl > p && nl[-1] == '\r' ? nl - 1 : nl;
+        if (le == p) {
+            *body_len = (size_t)(nl + 1 - buf);
+            return 0;
+        }
+        const char *q = p;
+        while (q < le && is_tchar((unsigned char)*q))
+            q++;
+        if (n >= SRV_FIELDS_MAX || q == p || q >= le || *q != ':')
+            return refuse(e, 400, "bad_request", "malformed chunked trailer");
+        for (const char *c = q; c < le; c++)
+            if (((unsigned char)*c < 0x20 && *c != '\t') ||
+                (unsigned char)*c == 0x7f)
+                return refuse(e, 400, "bad_request",
+                              "a control character in a chunked trailer");
+        p = nl + 1;
+    }
 }
 
 /* ---------------------------------------------------------------- gate */
@@ -144,8 +256,9 @@ typedef struct pend {
     loom_socket fd;
     int state;
     uint64_t due;        /* deadline (monotonic ns) */
-    size_t peeked;       /* bytes seen at the last look */
-    uint64_t idle_until; /* no look before this (no new bytes yet) */
+    unsigned looks;      /* looks that found the request incomplete */
+    int big_buf;         /* its receive buffer was grown for a body */
+    uint64_t idle_until; /* no look before this */
     unsigned char addr[128];
     size_t addr_len;
 } pend;
@@ -153,6 +266,7 @@ typedef struct pend {
 struct srv_gate {
     loom_socket listener;
     uint64_t head_ns;
+    uint64_t max_body;
     srv_gate_pass_fn pass;
     srv_gate_refused_fn refused;
     void *ctx;
@@ -161,7 +275,7 @@ struct srv_gate {
     int stop;
     pend *v;
     size_t n, cap;
-    char *buf; /* SRV_HEAD_MAX + 1 */
+    char *buf; /* GATE_PEEK */
 };
 
 /* At most this many connections wait at the gate; past it the oldest
@@ -170,6 +284,11 @@ struct srv_gate {
 /* A refused connection is read and dropped this long, so that the error
  * reaches a client that is still sending. */
 #define GATE_DRAIN_NS 2000000000ull
+/* The most a look reads: a head and a chunked body, and one byte more. */
+#define GATE_PEEK (SRV_HEAD_MAX + SRV_CHUNKED_MAX + 1)
+/* The first wait after an incomplete look, and the longest. */
+#define GATE_BACKOFF_NS     2000000ull
+#define GATE_BACKOFF_MAX_NS 250000000ull
 
 static const char *reason(int status)
 {
@@ -178,6 +297,10 @@ static const char *reason(int status)
         return "Bad Request";
     case 408:
         return "Request Timeout";
+    case 411:
+        return "Length Required";
+    case 413:
+        return "Content Too Large";
     case 414:
         return "URI Too Long";
     case 431:
@@ -221,23 +344,46 @@ static void drop(srv_gate *g, size_t i)
 static int look(srv_gate *g, pend *p, uint64_t now)
 {
     if (p->state == AT_DRAIN) {
-        long r = loom_socket_recv(p->fd, g->buf, SRV_HEAD_MAX, 0);
+        long r = loom_socket_recv(p->fd, g->buf, GATE_PEEK, 0);
         if (r == 0 || r == -1) {
             loom_socket_close(p->fd);
             return 1;
         }
         return 0;
     }
-    long r = loom_socket_peek(p->fd, g->buf, SRV_HEAD_MAX + 1);
+    long r = loom_socket_peek(p->fd, g->buf, GATE_PEEK);
     if (r == -2)
         return 0;
     if (r <= 0) {
-        loom_socket_close(p->fd); /* gone before a whole head */
+        loom_socket_close(p->fd); /* gone before a whole request */
         return 1;
     }
     srv_error e;
-    size_t head_len = 0;
-    int rc = srv_head_check(g->buf, (size_t)r, &head_len, &e);
+    size_t head_len = 0, body_len = 0;
+    int chunked = 0;
+    /* the head alone is limited to SRV_HEAD_MAX */
+    size_t head_part =
+        (size_t)r < SRV_HEAD_MAX + 1 ? (size_t)r : SRV_HEAD_MAX + 1;
+    int rc = srv_head_parse(g->buf, head_part, &head_len, &chunked, &e);
+    if (rc == 0 && chunked) {
+        /* libmicrohttpd answers bad chunk framing with HTML, and cannot be
+         * given the bytes another way: the whole body waits here */
+        rc = srv_chunked_check(g->buf + head_len, (size_t)r - head_len,
+                               g->max_body, &body_len, &e);
+        if (rc == 1 && (size_t)r - head_len >= SRV_CHUNKED_MAX) {
+            srv_error_set(&e, 411, "invalid_request_error", "length_required",
+                          NULL,
+                          "a chunked body over %d bytes: send it with a "
+                          "Content-Length",
+                          SRV_CHUNKED_MAX);
+            rc = -1;
+        }
+        if (rc == 1 && !p->big_buf) {
+            /* room for the whole body without it being read */
+            loom_socket_set_rcvbuf(p->fd, 4 * GATE_PEEK);
+            p->big_buf = 1;
+        }
+    }
     if (rc < 0) {
         answer(g, p, &e);
         return 0;
@@ -247,10 +393,13 @@ static int look(srv_gate *g, pend *p, uint64_t now)
         g->pass(g->ctx, p->fd, p->addr, p->addr_len);
         return 1;
     }
-    /* wake again only when more than what is here has come */
-    if ((size_t)r == p->peeked)
-        p->idle_until = now + 20000000ull;
-    p->peeked = (size_t)r;
+    /* incomplete: wake again past what is here, and not too soon */
+    uint64_t wait =
+        p->looks < 7 ? GATE_BACKOFF_NS << p->looks : GATE_BACKOFF_MAX_NS;
+    if (wait > GATE_BACKOFF_MAX_NS)
+        wait = GATE_BACKOFF_MAX_NS;
+    p->looks++;
+    p->idle_until = now + wait;
     loom_socket_set_rcvlowat(p->fd, (int)r + 1);
     return 0;
 }
@@ -320,12 +469,21 @@ static void gate_main(void *arg)
         }
         size_t n = 0;
         fds[n++] = g->listener;
-        for (size_t i = 0; i < g->n; i++)
-            if (g->v[i].idle_until <= now) {
+        /* wake for the next connection due a look, or at most 50 ms on */
+        uint64_t next = now + 50000000ull;
+        for (size_t i = 0; i < g->n; i++) {
+            pend *p = &g->v[i];
+            if (p->idle_until <= now) {
                 which[n] = i;
-                fds[n++] = g->v[i].fd;
+                fds[n++] = p->fd;
+            } else if (p->idle_until < next) {
+                next = p->idle_until;
             }
-        int got = loom_socket_poll(fds, n, ready, 50);
+            if (p->due < next)
+                next = p->due > now ? p->due : now;
+        }
+        uint32_t wait_ms = (uint32_t)((next - now + 999999) / 1000000);
+        int got = loom_socket_poll(fds, n, ready, wait_ms);
         now = loom_now_ns();
         if (got > 0) {
             /* pending ones first (their indexes hold until accept_all) */
@@ -359,12 +517,12 @@ static void gate_main(void *arg)
 }
 
 loom_status srv_gate_start(loom_socket listener, uint32_t head_ms,
-                           srv_gate_pass_fn pass, srv_gate_refused_fn refused,
-                           void *ctx, srv_gate **out, loom_err *err)
+                           uint64_t max_body, srv_gate_pass_fn pass,
+                           srv_gate_refused_fn refused, void *ctx,
+                           srv_gate **out, loom_err *err)
 {
     srv_gate *g = calloc(1, sizeof *g);
-    if (!g || !(g->mu = loom_mutex_new()) ||
-        !(g->buf = malloc(SRV_HEAD_MAX + 1))) {
+    if (!g || !(g->mu = loom_mutex_new()) || !(g->buf = malloc(GATE_PEEK))) {
         if (g) {
             loom_mutex_free(g->mu);
             free(g);
@@ -381,6 +539,7 @@ loom_status srv_gate_start(loom_socket listener, uint32_t head_ms,
     }
     g->listener = listener;
     g->head_ns = (uint64_t)head_ms * 1000000ull;
+    g->max_body = max_body;
     g->pass = pass;
     g->refused = refused;
     g->ctx = ctx;
