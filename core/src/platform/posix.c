@@ -640,6 +640,8 @@ loom_status loom_tcp_connect(const char *host, int port, loom_socket *out,
     return LOOM_OK;
 }
 
+#define LOOM_LISTEN_BACKLOG 1024
+
 loom_status loom_tcp_listen(const char *host, int port, loom_socket *out,
                             int *bound_port, loom_err *err)
 {
@@ -658,7 +660,10 @@ loom_status loom_tcp_listen(const char *host, int port, loom_socket *out,
         int one = 1;
         /* a restarted server must not wait out TIME_WAIT on its port */
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
+        /* a burst of connections waits in the backlog instead of having
+         * its SYNs dropped (and retried a second later) */
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+            listen(fd, LOOM_LISTEN_BACKLOG) == 0)
             break;
         last = errno;
         close(fd);

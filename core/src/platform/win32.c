@@ -800,7 +800,7 @@ static loom_status tcp_open(const char *host, int port, int passive,
             continue;
         }
         int ok = passive ? bind(fd, ai->ai_addr, (int)ai->ai_addrlen) == 0 &&
-                               listen(fd, 128) == 0
+                               listen(fd, 1024) == 0 /* as posix.c */
                          : connect(fd, ai->ai_addr, (int)ai->ai_addrlen) == 0;
         if (ok)
             break;

@@ -38,6 +38,10 @@
 /* Request read deadlines (server_deadline.c) */
 #define SRV_READ_TIMEOUT_MS 30000
 #define SRV_MIN_BODY_RATE   (16u << 10)
+/* libmicrohttpd's connection slots, and how many of them connections
+ * waiting on their clients (handshake, head, body, idle) may hold. */
+#define SRV_CONN_LIMIT  1024u
+#define SRV_WAITING_MAX (SRV_CONN_LIMIT - 64u)
 
 typedef struct srv_job srv_job;
 
@@ -1625,7 +1629,7 @@ loom_status loom_server_start(const loom_server_params *params,
                            ? (uint32_t)params->read_timeout_ms
                            : SRV_READ_TIMEOUT_MS;
     st = srv_deadlines_new(read_ms, read_ms, SRV_MIN_BODY_RATE, timeout * 1000u,
-                           &srv->deadlines, err);
+                           SRV_WAITING_MAX, &srv->deadlines, err);
     if (st != LOOM_OK)
         goto fail;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION |
@@ -1659,7 +1663,7 @@ loom_status loom_server_start(const loom_server_params *params,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
         MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)1024, MHD_OPTION_END);
+        SRV_CONN_LIMIT, MHD_OPTION_END);
     if (!srv->mhd) {
         st = loom_err_set(err, LOOM_ERR_IO,
                           "could not start the HTTP%s server on %s:%d%s",
