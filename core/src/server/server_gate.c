@@ -1,8 +1,8 @@
 /* The server's front door: one thread accepts connections and keeps each
- * one, without reading it, until its request head (and a chunked body) is
- * complete (the bytes stay in the socket for libmicrohttpd) or its deadline
- * passes, so slow clients hold no connection slot and no thread while they
- * trickle. A malformed head or chunked framing gets an OpenAI-shaped JSON
+ * one, without reading it, until its request head (and a chunked or small
+ * body) is complete (the bytes stay in the socket for libmicrohttpd) or its
+ * deadline passes, so slow clients hold no connection slot and no thread while
+ * they trickle. A malformed head or chunked framing gets an OpenAI-shaped JSON
  * error here; libmicrohttpd would answer with an HTML page. The server
  * closes each connection after its answer (server.c), so every request
  * comes through here.
@@ -52,7 +52,7 @@ static int refuse(srv_error *e, int status, const char *code, const char *what)
 }
 
 int srv_head_parse(const char *buf, size_t len, size_t *head_len,
-                   int *chunked_out, srv_error *e)
+                   int *chunked_out, int64_t *length_out, srv_error *e)
 {
     const char *p = buf, *end = buf + len;
     const char *nl = line_end(p, end);
@@ -87,6 +87,7 @@ int srv_head_parse(const char *buf, size_t len, size_t *head_len,
                       "only HTTP/1.0 and HTTP/1.1 are served");
 
     int n_length = 0, chunked = 0, n_fields = 0;
+    int64_t length = -1;
     for (p = nl + 1;;) {
         nl = line_end(p, end);
         if (!nl)
@@ -134,6 +135,9 @@ int srv_head_parse(const char *buf, size_t len, size_t *head_len,
             if (k == 0 || v + k != ve || k > 18)
                 return refuse(e, 400, "bad_request",
                               "Content-Length is not a decimal length");
+            length = 0;
+            for (size_t i = 0; i < k; i++)
+                length = length * 10 + (v[i] - '0');
         } else if (same_nocase(p, name_len, "transfer-encoding")) {
             if (!same_nocase(v, (size_t)(ve - v), "chunked"))
                 return refuse(e, 400, "bad_request",
@@ -151,12 +155,14 @@ int srv_head_parse(const char *buf, size_t len, size_t *head_len,
     *head_len = (size_t)(nl + 1 - buf);
     if (chunked_out)
         *chunked_out = chunked;
+    if (length_out)
+        *length_out = length;
     return 0;
 }
 
 int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e)
 {
-    return srv_head_parse(buf, len, head_len, NULL, e);
+    return srv_head_parse(buf, len, head_len, NULL, NULL, e);
 }
 
 /* The value of the hexadecimal digits P..END (at most 16), or -1. */
@@ -284,8 +290,8 @@ struct srv_gate {
 /* A refused connection is read and dropped this long, so that the error
  * reaches a client that is still sending. */
 #define GATE_DRAIN_NS 2000000000ull
-/* The most a look reads: a head and a chunked body, and one byte more. */
-#define GATE_PEEK (SRV_HEAD_MAX + SRV_CHUNKED_MAX + 1)
+/* The most a look reads: a head and a body, and one byte more. */
+#define GATE_PEEK (SRV_HEAD_MAX + SRV_GATE_BODY_MAX + 1)
 /* The first wait after an incomplete look, and the longest. */
 #define GATE_BACKOFF_NS     2000000ull
 #define GATE_BACKOFF_MAX_NS 250000000ull
@@ -361,28 +367,36 @@ static int look(srv_gate *g, pend *p, uint64_t now)
     srv_error e;
     size_t head_len = 0, body_len = 0;
     int chunked = 0;
+    int64_t length = -1;
     /* the head alone is limited to SRV_HEAD_MAX */
     size_t head_part =
         (size_t)r < SRV_HEAD_MAX + 1 ? (size_t)r : SRV_HEAD_MAX + 1;
-    int rc = srv_head_parse(g->buf, head_part, &head_len, &chunked, &e);
+    int rc =
+        srv_head_parse(g->buf, head_part, &head_len, &chunked, &length, &e);
     if (rc == 0 && chunked) {
         /* libmicrohttpd answers bad chunk framing with HTML, and cannot be
          * given the bytes another way: the whole body waits here */
         rc = srv_chunked_check(g->buf + head_len, (size_t)r - head_len,
                                g->max_body, &body_len, &e);
-        if (rc == 1 && (size_t)r - head_len >= SRV_CHUNKED_MAX) {
+        if (rc == 1 && (size_t)r - head_len >= SRV_GATE_BODY_MAX) {
             srv_error_set(&e, 411, "invalid_request_error", "length_required",
                           NULL,
                           "a chunked body over %d bytes: send it with a "
                           "Content-Length",
-                          SRV_CHUNKED_MAX);
+                          SRV_GATE_BODY_MAX);
             rc = -1;
         }
-        if (rc == 1 && !p->big_buf) {
-            /* room for the whole body without it being read */
-            loom_socket_set_rcvbuf(p->fd, 4 * GATE_PEEK);
-            p->big_buf = 1;
-        }
+    } else if (rc == 0 && length > 0 && (uint64_t)length <= g->max_body &&
+               length <= SRV_GATE_BODY_MAX) {
+        /* a small body waits here too: a client trickling it holds no
+         * thread of libmicrohttpd's (larger ones have the read deadlines) */
+        if ((size_t)r - head_len < (size_t)length)
+            rc = 1;
+    }
+    if (rc == 1 && head_len && !p->big_buf) {
+        /* room for the whole body without it being read */
+        loom_socket_set_rcvbuf(p->fd, 4 * GATE_PEEK);
+        p->big_buf = 1;
     }
     if (rc < 0) {
         answer(g, p, &e);

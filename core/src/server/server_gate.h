@@ -1,8 +1,8 @@
 /* The server's front door (server_gate.c): it accepts connections, reads
  * (without consuming) each one's request head, and a chunked body's
- * framing, within a deadline, refuses malformed ones with OpenAI JSON
- * errors, and hands the rest to libmicrohttpd, whose own refusals are HTML
- * pages. */
+ * framing (a small body whole), within a deadline, refuses malformed ones with
+ * OpenAI JSON errors, and hands the rest to libmicrohttpd, whose own refusals
+ * are HTML pages. */
 #ifndef LOOM_SERVER_GATE_H
 #define LOOM_SERVER_GATE_H
 
@@ -18,18 +18,19 @@
 #define SRV_HEAD_MAX 16384
 /* At most this many header (or trailer) fields. */
 #define SRV_FIELDS_MAX 100
-/* A chunked body is checked whole at the gate: one over this size is
- * refused (411: send a Content-Length). */
-#define SRV_CHUNKED_MAX 65536
+/* A body of up to this size waits whole at the gate; a chunked one over
+ * it is refused (411: send a Content-Length). */
+#define SRV_GATE_BODY_MAX 65536
 
 /* Checks the start of a request head (LEN bytes of BUF): 0 when the whole
  * head is there and well formed (*head_len gets its length), 1 when more
  * bytes are needed to tell, -1 when it is refused (E says why, with 400,
  * 414, 431 or 505). */
 int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e);
-/* srv_head_check, and *chunked gets 1 when the body is chunked. */
+/* srv_head_check, and *chunked gets 1 when the body is chunked, *length
+ * its Content-Length (-1: none). */
 int srv_head_parse(const char *buf, size_t len, size_t *head_len, int *chunked,
-                   srv_error *e);
+                   int64_t *length, srv_error *e);
 /* Checks the framing of a chunked body (LEN bytes of BUF from its first
  * size line): 0 when the whole body, trailers included, is there and well
  * formed (*body_len gets its length), 1 when more bytes are needed, -1 when
@@ -38,7 +39,8 @@ int srv_chunked_check(const char *buf, size_t len, uint64_t max_body,
                       size_t *body_len, srv_error *e);
 
 typedef struct srv_gate srv_gate;
-/* A connection whose head (and chunked body) passed: the callee owns FD. */
+/* A connection whose head (and chunked or small body) passed: the callee
+ * owns FD. */
 typedef void (*srv_gate_pass_fn)(void *ctx, loom_socket fd, const void *addr,
                                  size_t addr_len);
 /* A connection refused with STATUS (already answered and being closed). */
@@ -46,7 +48,7 @@ typedef void (*srv_gate_refused_fn)(void *ctx, int status);
 
 /* Starts the gate's thread on LISTENER (made non-blocking; the caller
  * keeps and closes it). HEAD_MS bounds the time to the end of the head
- * (and of a chunked body); MAX_BODY is the body limit. */
+ * (and of a body that waits at the gate); MAX_BODY is the body limit. */
 loom_status srv_gate_start(loom_socket listener, uint32_t head_ms,
                            uint64_t max_body, srv_gate_pass_fn pass,
                            srv_gate_refused_fn refused, void *ctx,
