@@ -2169,6 +2169,47 @@ START_TEST(test_malformed_later_and_chunked)
                       "%zu: %.300s", i, got);
         free(got);
     }
+    /* a client that waits for 100 Continue before its body gets it, with
+     * a declared length (from libmicrohttpd) and chunked (from the gate) */
+    static const char *const expect[] = {
+        "POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+        "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n",
+        "POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+        "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+    };
+    for (int k = 0; k < 2; k++) {
+        loom_socket s;
+        loom_err err;
+        ck_assert_int_eq(loom_tcp_connect("127.0.0.1", port, &s, &err),
+                         LOOM_OK);
+        ck_assert_int_eq(loom_socket_send_all(s, expect[k], strlen(expect[k])),
+                         0);
+        char b[256];
+        long got = loom_socket_recv(s, b, sizeof b - 1, 5000);
+        ck_assert_msg(got > 0, "no 100 Continue (%ld)", got);
+        b[got] = 0;
+        ck_assert_msg(strncmp(b, "HTTP/1.1 100 ", 13) == 0, "%s", b);
+        const char *body = k == 0 ? "{}" : "2\r\n{}\r\n0\r\n\r\n";
+        ck_assert_int_eq(loom_socket_send_all(s, body, strlen(body)), 0);
+        srv_buf all = {0};
+        for (;;) {
+            long k2 = loom_socket_recv(s, b, sizeof b, 10000);
+            ck_assert_msg(k2 != -2, "no answer after the body");
+            if (k2 <= 0)
+                break;
+            srv_buf_add(&all, b, (size_t)k2);
+        }
+        srv_buf_add(&all, "", 0);
+        loom_socket_close(s);
+        /* any more 100 Continue, then the answer (no model: 503 JSON) */
+        const char *at = all.data;
+        while (strncmp(at, "HTTP/1.1 100 Continue\r\n\r\n", 25) == 0)
+            at += 25;
+        ck_assert_msg(strncmp(at, "HTTP/1.1 503 ", 13) == 0 &&
+                          strstr(at, "\"error\""),
+                      "%d: %.300s", k, all.data);
+        srv_buf_free(&all);
+    }
     /* the chunk checker on its own */
     size_t bl = 0;
     srv_error e;

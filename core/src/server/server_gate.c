@@ -51,8 +51,7 @@ static int refuse(srv_error *e, int status, const char *code, const char *what)
     return -1;
 }
 
-int srv_head_parse(const char *buf, size_t len, size_t *head_len,
-                   int *chunked_out, int64_t *length_out, srv_error *e)
+int srv_head_parse(const char *buf, size_t len, srv_head *out, srv_error *e)
 {
     const char *p = buf, *end = buf + len;
     const char *nl = line_end(p, end);
@@ -86,7 +85,7 @@ int srv_head_parse(const char *buf, size_t len, size_t *head_len,
         return refuse(e, 505, "http_version_not_supported",
                       "only HTTP/1.0 and HTTP/1.1 are served");
 
-    int n_length = 0, chunked = 0, n_fields = 0;
+    int n_length = 0, chunked = 0, n_fields = 0, expect = 0;
     int64_t length = -1;
     for (p = nl + 1;;) {
         nl = line_end(p, end);
@@ -138,6 +137,8 @@ int srv_head_parse(const char *buf, size_t len, size_t *head_len,
             length = 0;
             for (size_t i = 0; i < k; i++)
                 length = length * 10 + (v[i] - '0');
+        } else if (same_nocase(p, name_len, "expect")) {
+            expect = same_nocase(v, (size_t)(ve - v), "100-continue");
         } else if (same_nocase(p, name_len, "transfer-encoding")) {
             if (!same_nocase(v, (size_t)(ve - v), "chunked"))
                 return refuse(e, 400, "bad_request",
@@ -152,17 +153,20 @@ int srv_head_parse(const char *buf, size_t len, size_t *head_len,
     if (chunked > 1 || (chunked && n_length))
         return refuse(e, 400, "bad_request",
                       "Transfer-Encoding with Content-Length (or twice)");
-    *head_len = (size_t)(nl + 1 - buf);
-    if (chunked_out)
-        *chunked_out = chunked;
-    if (length_out)
-        *length_out = length;
+    out->len = (size_t)(nl + 1 - buf);
+    out->chunked = chunked;
+    out->length = length;
+    out->expect_continue = expect;
     return 0;
 }
 
 int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e)
 {
-    return srv_head_parse(buf, len, head_len, NULL, NULL, e);
+    srv_head h;
+    int rc = srv_head_parse(buf, len, &h, e);
+    if (rc == 0)
+        *head_len = h.len;
+    return rc;
 }
 
 /* The value of the hexadecimal digits P..END (at most 16), or -1. */
@@ -365,20 +369,19 @@ static int look(srv_gate *g, pend *p, uint64_t now)
         return 1;
     }
     srv_error e;
-    size_t head_len = 0, body_len = 0;
-    int chunked = 0;
-    int64_t length = -1;
+    srv_head h = {0, 0, -1, 0};
+    size_t body_len = 0;
     /* the head alone is limited to SRV_HEAD_MAX */
     size_t head_part =
         (size_t)r < SRV_HEAD_MAX + 1 ? (size_t)r : SRV_HEAD_MAX + 1;
-    int rc =
-        srv_head_parse(g->buf, head_part, &head_len, &chunked, &length, &e);
-    if (rc == 0 && chunked) {
+    int rc = srv_head_parse(g->buf, head_part, &h, &e);
+    size_t have = (size_t)r - h.len; /* of the body, when rc is 0 */
+    if (rc == 0 && h.chunked) {
         /* libmicrohttpd answers bad chunk framing with HTML, and cannot be
          * given the bytes another way: the whole body waits here */
-        rc = srv_chunked_check(g->buf + head_len, (size_t)r - head_len,
-                               g->max_body, &body_len, &e);
-        if (rc == 1 && (size_t)r - head_len >= SRV_GATE_BODY_MAX) {
+        rc =
+            srv_chunked_check(g->buf + h.len, have, g->max_body, &body_len, &e);
+        if (rc == 1 && have >= SRV_GATE_BODY_MAX) {
             srv_error_set(&e, 411, "invalid_request_error", "length_required",
                           NULL,
                           "a chunked body over %d bytes: send it with a "
@@ -386,17 +389,25 @@ static int look(srv_gate *g, pend *p, uint64_t now)
                           SRV_GATE_BODY_MAX);
             rc = -1;
         }
-    } else if (rc == 0 && length > 0 && (uint64_t)length <= g->max_body &&
-               length <= SRV_GATE_BODY_MAX) {
+    } else if (rc == 0 && h.length > 0 && !h.expect_continue &&
+               (uint64_t)h.length <= g->max_body &&
+               h.length <= SRV_GATE_BODY_MAX) {
         /* a small body waits here too: a client trickling it holds no
-         * thread of libmicrohttpd's (larger ones have the read deadlines) */
-        if ((size_t)r - head_len < (size_t)length)
+         * thread of libmicrohttpd's (larger ones, and those a client sends
+         * only after libmicrohttpd's 100 Continue, have the read deadlines) */
+        if (have < (size_t)h.length)
             rc = 1;
     }
-    if (rc == 1 && head_len && !p->big_buf) {
+    if (rc == 1 && h.len && !p->big_buf) {
         /* room for the whole body without it being read */
         loom_socket_set_rcvbuf(p->fd, 4 * GATE_PEEK);
         p->big_buf = 1;
+        /* a chunked body is needed here: ask for it (libmicrohttpd says
+         * 100 Continue again later; a client takes any number of them) */
+        if (h.chunked && h.expect_continue) {
+            static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            loom_socket_send_all(p->fd, cont, sizeof cont - 1);
+        }
     }
     if (rc < 0) {
         answer(g, p, &e);

@@ -27,10 +27,15 @@
  * bytes are needed to tell, -1 when it is refused (E says why, with 400,
  * 414, 431 or 505). */
 int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e);
-/* srv_head_check, and *chunked gets 1 when the body is chunked, *length
- * its Content-Length (-1: none). */
-int srv_head_parse(const char *buf, size_t len, size_t *head_len, int *chunked,
-                   int64_t *length, srv_error *e);
+/* What srv_head_parse reads of a well formed head. */
+typedef struct srv_head {
+    size_t len;          /* of the head, blank line included */
+    int chunked;         /* Transfer-Encoding: chunked */
+    int64_t length;      /* Content-Length; -1: none */
+    int expect_continue; /* Expect: 100-continue */
+} srv_head;
+/* srv_head_check, telling what the gate needs of the head in *OUT. */
+int srv_head_parse(const char *buf, size_t len, srv_head *out, srv_error *e);
 /* Checks the framing of a chunked body (LEN bytes of BUF from its first
  * size line): 0 when the whole body, trailers included, is there and well
  * formed (*body_len gets its length), 1 when more bytes are needed, -1 when
