@@ -169,7 +169,7 @@ int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e)
     return rc;
 }
 
-/* The value of the hexadecimal digits P..END (at most 16), or -1. */
+/* The value of the hexadecimal digits P..END (at most 15: it fits), or -1. */
 static int64_t chunk_size(const char *p, const char *end)
 {
     uint64_t v = 0;
