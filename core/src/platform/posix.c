@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -770,6 +771,12 @@ long loom_socket_peek(loom_socket s, void *buf, size_t n)
 void loom_socket_set_rcvlowat(loom_socket s, int n)
 {
     setsockopt((int)s, SOL_SOCKET, SO_RCVLOWAT, &n, sizeof n);
+}
+
+long loom_socket_pending(loom_socket s)
+{
+    int n = 0;
+    return ioctl((int)s, FIONREAD, &n) == 0 ? (long)n : -1;
 }
 
 void loom_socket_set_rcvbuf(loom_socket s, int n)

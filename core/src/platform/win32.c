@@ -926,6 +926,12 @@ void loom_socket_set_rcvlowat(loom_socket s, int n)
     (void)n;
 }
 
+long loom_socket_pending(loom_socket s)
+{
+    u_long n = 0;
+    return ioctlsocket((SOCKET)s, FIONREAD, &n) == 0 ? (long)n : -1;
+}
+
 void loom_socket_set_rcvbuf(loom_socket s, int n)
 {
     setsockopt((SOCKET)s, SOL_SOCKET, SO_RCVBUF, (const char *)&n, sizeof n);

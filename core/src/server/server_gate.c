@@ -268,6 +268,7 @@ typedef struct pend {
     uint64_t due;        /* deadline (monotonic ns) */
     unsigned looks;      /* looks that found the request incomplete */
     int big_buf;         /* its receive buffer was grown for a body */
+    size_t want;         /* head and declared body, once the head passed */
     uint64_t idle_until; /* no look before this */
     unsigned char addr[128];
     size_t addr_len;
@@ -349,6 +350,19 @@ static void drop(srv_gate *g, size_t i)
     g->v[i] = g->v[--g->n];
 }
 
+/* P is still incomplete with HAVE bytes: it is looked at again once more
+ * have come, and not too soon. */
+static void back_off(pend *p, uint64_t now, long have)
+{
+    uint64_t wait =
+        p->looks < 7 ? GATE_BACKOFF_NS << p->looks : GATE_BACKOFF_MAX_NS;
+    if (wait > GATE_BACKOFF_MAX_NS)
+        wait = GATE_BACKOFF_MAX_NS;
+    p->looks++;
+    p->idle_until = now + wait;
+    loom_socket_set_rcvlowat(p->fd, (int)have + 1);
+}
+
 /* Looks at P's waiting bytes; 1 when P leaves the gate (handed over or
  * closed). */
 static int look(srv_gate *g, pend *p, uint64_t now)
@@ -359,6 +373,22 @@ static int look(srv_gate *g, pend *p, uint64_t now)
             loom_socket_close(p->fd);
             return 1;
         }
+        return 0;
+    }
+    if (p->want) {
+        /* the head passed: only the count of a declared body's bytes is
+         * needed, not another copy of them (readable with none: its end) */
+        long n = loom_socket_pending(p->fd);
+        if (n <= 0) {
+            loom_socket_close(p->fd);
+            return 1;
+        }
+        if ((size_t)n >= p->want) {
+            loom_socket_set_rcvlowat(p->fd, 1);
+            g->pass(g->ctx, p->fd, p->addr, p->addr_len);
+            return 1;
+        }
+        back_off(p, now, n);
         return 0;
     }
     long r = loom_socket_peek(p->fd, g->buf, GATE_PEEK);
@@ -395,12 +425,14 @@ static int look(srv_gate *g, pend *p, uint64_t now)
         /* a small body waits here too: a client trickling it holds no
          * thread of libmicrohttpd's (larger ones, and those a client sends
          * only after libmicrohttpd's 100 Continue, have the read deadlines) */
-        if (have < (size_t)h.length)
+        if (have < (size_t)h.length) {
+            p->want = h.len + (size_t)h.length;
             rc = 1;
+        }
     }
     if (rc == 1 && h.len && !p->big_buf) {
         /* room for the whole body without it being read */
-        loom_socket_set_rcvbuf(p->fd, 4 * GATE_PEEK);
+        loom_socket_set_rcvbuf(p->fd, GATE_PEEK + GATE_PEEK / 2);
         p->big_buf = 1;
         /* a chunked body is needed here: ask for it (libmicrohttpd says
          * 100 Continue again later; a client takes any number of them) */
@@ -418,14 +450,7 @@ static int look(srv_gate *g, pend *p, uint64_t now)
         g->pass(g->ctx, p->fd, p->addr, p->addr_len);
         return 1;
     }
-    /* incomplete: wake again past what is here, and not too soon */
-    uint64_t wait =
-        p->looks < 7 ? GATE_BACKOFF_NS << p->looks : GATE_BACKOFF_MAX_NS;
-    if (wait > GATE_BACKOFF_MAX_NS)
-        wait = GATE_BACKOFF_MAX_NS;
-    p->looks++;
-    p->idle_until = now + wait;
-    loom_socket_set_rcvlowat(p->fd, (int)r + 1);
+    back_off(p, now, r);
     return 0;
 }
 
