@@ -162,6 +162,10 @@ long loom_socket_peek(loom_socket s, void *buf, size_t n);
 /* Readiness for reading is reported only once N bytes wait (where the OS
  * supports it; elsewhere a no-op). */
 void loom_socket_set_rcvlowat(loom_socket s, int n);
+/* The number of bytes waiting to be read (without reading them), or -1. */
+long loom_socket_pending(loom_socket s);
+/* Asks for a receive buffer of N bytes (the OS may cap it). */
+void loom_socket_set_rcvbuf(loom_socket s, int n);
 /* Waits up to timeout_ms for any of N sockets to be readable (or at end or
  * failed); ready[i] is set to 1 for those. The count ready, or -1. */
 int loom_socket_poll(const loom_socket *s, size_t n, unsigned char *ready,

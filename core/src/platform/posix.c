@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -640,6 +641,8 @@ loom_status loom_tcp_connect(const char *host, int port, loom_socket *out,
     return LOOM_OK;
 }
 
+#define LOOM_LISTEN_BACKLOG 1024
+
 loom_status loom_tcp_listen(const char *host, int port, loom_socket *out,
                             int *bound_port, loom_err *err)
 {
@@ -658,7 +661,10 @@ loom_status loom_tcp_listen(const char *host, int port, loom_socket *out,
         int one = 1;
         /* a restarted server must not wait out TIME_WAIT on its port */
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
+        /* a burst of connections waits in the backlog instead of having
+         * its SYNs dropped (and retried a second later) */
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+            listen(fd, LOOM_LISTEN_BACKLOG) == 0)
             break;
         last = errno;
         close(fd);
@@ -765,6 +771,17 @@ long loom_socket_peek(loom_socket s, void *buf, size_t n)
 void loom_socket_set_rcvlowat(loom_socket s, int n)
 {
     setsockopt((int)s, SOL_SOCKET, SO_RCVLOWAT, &n, sizeof n);
+}
+
+long loom_socket_pending(loom_socket s)
+{
+    int n = 0;
+    return ioctl((int)s, FIONREAD, &n) == 0 ? (long)n : -1;
+}
+
+void loom_socket_set_rcvbuf(loom_socket s, int n)
+{
+    setsockopt((int)s, SOL_SOCKET, SO_RCVBUF, &n, sizeof n);
 }
 
 int loom_socket_poll(const loom_socket *s, size_t n, unsigned char *ready,

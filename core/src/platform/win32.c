@@ -800,7 +800,7 @@ static loom_status tcp_open(const char *host, int port, int passive,
             continue;
         }
         int ok = passive ? bind(fd, ai->ai_addr, (int)ai->ai_addrlen) == 0 &&
-                               listen(fd, 128) == 0
+                               listen(fd, 1024) == 0 /* as posix.c */
                          : connect(fd, ai->ai_addr, (int)ai->ai_addrlen) == 0;
         if (ok)
             break;
@@ -922,8 +922,19 @@ long loom_socket_peek(loom_socket s, void *buf, size_t n)
 
 void loom_socket_set_rcvlowat(loom_socket s, int n)
 {
-    (void)s; /* no effect on Windows sockets */
+    (void)s; /* Winsock has no SO_RCVLOWAT: the gate backs off instead */
     (void)n;
+}
+
+long loom_socket_pending(loom_socket s)
+{
+    u_long n = 0;
+    return ioctlsocket((SOCKET)s, FIONREAD, &n) == 0 ? (long)n : -1;
+}
+
+void loom_socket_set_rcvbuf(loom_socket s, int n)
+{
+    setsockopt((SOCKET)s, SOL_SOCKET, SO_RCVBUF, (const char *)&n, sizeof n);
 }
 
 int loom_socket_poll(const loom_socket *s, size_t n, unsigned char *ready,

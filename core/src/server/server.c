@@ -38,6 +38,10 @@
 /* Request read deadlines (server_deadline.c) */
 #define SRV_READ_TIMEOUT_MS 30000
 #define SRV_MIN_BODY_RATE   (16u << 10)
+/* libmicrohttpd's connection slots, and how many of them connections
+ * waiting on their clients (handshake, head, body, idle) may hold. */
+#define SRV_CONN_LIMIT  1024u
+#define SRV_WAITING_MAX (SRV_CONN_LIMIT - 64u)
 
 typedef struct srv_job srv_job;
 
@@ -1386,6 +1390,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         cn->peer = ci ? ci->socket_context : NULL;
+        /* One request a connection (behind the gate): a later request's
+         * head would reach libmicrohttpd unchecked, and it answers a
+         * malformed one with an HTML page. Keeping a connection alive saves
+         * a connect, which is small beside a generation; libmicrohttpd
+         * reads this as the client's "Connection: close". Under TLS the
+         * gate cannot read heads, so nothing is gained there. */
+        if (!srv->tls_cert)
+            MHD_set_connection_value(c, MHD_HEADER_KIND, "Connection", "close");
         /* A declared length over the limit is refused before reading it. */
         const char *cl =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -1637,7 +1649,7 @@ loom_status loom_server_start(const loom_server_params *params,
                            ? (uint32_t)params->read_timeout_ms
                            : SRV_READ_TIMEOUT_MS;
     st = srv_deadlines_new(read_ms, read_ms, SRV_MIN_BODY_RATE, timeout * 1000u,
-                           &srv->deadlines, err);
+                           SRV_WAITING_MAX, &srv->deadlines, err);
     if (st != LOOM_OK)
         goto fail;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION |
@@ -1671,7 +1683,7 @@ loom_status loom_server_start(const loom_server_params *params,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
         MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)1024, MHD_OPTION_END);
+        SRV_CONN_LIMIT, MHD_OPTION_END);
     if (!srv->mhd) {
         st = loom_err_set(err, LOOM_ERR_IO,
                           "could not start the HTTP%s server on %s:%d%s",
@@ -1682,8 +1694,8 @@ loom_status loom_server_start(const loom_server_params *params,
         goto fail;
     }
     if (!srv->tls_cert) {
-        st = srv_gate_start(srv->listen_sock, read_ms, gate_pass, gate_refused,
-                            srv, &srv->gate, err);
+        st = srv_gate_start(srv->listen_sock, read_ms, srv->max_body, gate_pass,
+                            gate_refused, srv, &srv->gate, err);
         if (st != LOOM_OK)
             goto fail;
     }

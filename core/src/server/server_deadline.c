@@ -1,7 +1,11 @@
 /* Request read deadlines: a list of open connections, each with the time
  * by which its current request must be read, and a thread that shuts the
  * ones past it. libmicrohttpd's idle timeout restarts with every byte, so a
- * client sending one byte every few seconds would hold its slot forever. */
+ * client sending one byte every few seconds would hold its slot forever.
+ * Under TLS (the gate cannot read encrypted heads) and for bodies (past the
+ * gate) this is what bounds a slow client; and since slow clients could
+ * still fill every slot until their deadlines, the oldest waiting one makes
+ * room for a new connection past a set count. */
 #include "server_deadline.h"
 
 #include <stdlib.h>
@@ -20,6 +24,7 @@ struct srv_deadlines {
     srv_peer *peers;
     uint64_t header_ns, body_ns, idle_ns;
     uint32_t min_bps;
+    uint32_t max_waiting;
     uint64_t n_shut;
     int stop;
 };
@@ -49,7 +54,8 @@ static void sweep(void *arg)
 
 loom_status srv_deadlines_new(uint32_t header_ms, uint32_t body_ms,
                               uint32_t min_bps, uint32_t idle_ms,
-                              srv_deadlines **out, loom_err *err)
+                              uint32_t max_waiting, srv_deadlines **out,
+                              loom_err *err)
 {
     srv_deadlines *d = calloc(1, sizeof *d);
     if (!d || !(d->mu = loom_mutex_new()) || !(d->cv = loom_cond_new())) {
@@ -63,6 +69,7 @@ loom_status srv_deadlines_new(uint32_t header_ms, uint32_t body_ms,
     d->body_ns = (uint64_t)body_ms * 1000000ull;
     d->idle_ns = (uint64_t)idle_ms * 1000000ull;
     d->min_bps = min_bps ? min_bps : 1;
+    d->max_waiting = max_waiting ? max_waiting : UINT32_MAX;
     loom_status st = loom_thread_start(&d->sweeper, sweep, d, err);
     if (st != LOOM_OK) {
         loom_cond_free(d->cv);
@@ -100,6 +107,19 @@ srv_peer *srv_peer_add(srv_deadlines *d, loom_socket fd)
         return NULL;
     p->fd = fd;
     loom_mutex_lock(d->mu);
+    /* the list runs newest first: the last waiting one is the oldest */
+    uint32_t waiting = 0;
+    srv_peer *oldest = NULL;
+    for (srv_peer *q = d->peers; q; q = q->next)
+        if (q->due && !q->shut) {
+            waiting++;
+            oldest = q;
+        }
+    if (oldest && waiting >= d->max_waiting) {
+        loom_socket_shutdown(oldest->fd);
+        oldest->shut = 1;
+        d->n_shut++;
+    }
     p->due = loom_now_ns() + d->header_ns;
     p->next = d->peers;
     if (d->peers)

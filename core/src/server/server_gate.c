@@ -1,9 +1,19 @@
 /* The server's front door: one thread accepts connections and keeps each
- * one, without reading it, until its first request head is complete (the
- * bytes stay in the socket for libmicrohttpd) or its deadline passes, so
- * slow clients hold no connection slot and no thread while they trickle.
- * A malformed head gets an OpenAI-shaped JSON error here; libmicrohttpd
- * would answer with an HTML page. */
+ * one, without reading it, until its request head (and a chunked or small
+ * body) is complete (the bytes stay in the socket for libmicrohttpd) or its
+ * deadline passes, so slow clients hold no connection slot and no thread while
+ * they trickle. A malformed head or chunked framing gets an OpenAI-shaped JSON
+ * error here; libmicrohttpd would answer with an HTML page. The server
+ * closes each connection after its answer (server.c), so every request
+ * comes through here.
+ *
+ * The gate looks at a connection again only when it may have more bytes:
+ * where the platform has SO_RCVLOWAT, poll wakes only past what was seen;
+ * everywhere, a connection whose head is still incomplete is left out of
+ * the poll for a time that doubles with each look (up to a quarter
+ * second), so a client sending a byte at a time costs a few looks a
+ * second, and a platform without SO_RCVLOWAT (Windows) does not spin on
+ * sockets that stay readable. */
 #include "server_gate.h"
 
 #include <stdio.h>
@@ -41,7 +51,7 @@ static int refuse(srv_error *e, int status, const char *code, const char *what)
     return -1;
 }
 
-int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e)
+int srv_head_parse(const char *buf, size_t len, srv_head *out, srv_error *e)
 {
     const char *p = buf, *end = buf + len;
     const char *nl = line_end(p, end);
@@ -75,7 +85,8 @@ int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e)
         return refuse(e, 505, "http_version_not_supported",
                       "only HTTP/1.0 and HTTP/1.1 are served");
 
-    int n_length = 0, chunked = 0;
+    int n_length = 0, chunked = 0, n_fields = 0, expect = 0;
+    int64_t length = -1;
     for (p = nl + 1;;) {
         nl = line_end(p, end);
         if (!nl)
@@ -93,6 +104,11 @@ int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e)
         if (*p == ' ' || *p == '\t')
             return refuse(e, 400, "bad_request",
                           "folded header lines are not accepted");
+        /* libmicrohttpd keeps each field in a small per-connection pool
+         * and answers its own HTML 431 when it runs out */
+        if (++n_fields > SRV_FIELDS_MAX)
+            return refuse(e, 431, "headers_too_large",
+                          "the request head has over 100 header fields");
         q = p;
         while (q < le && is_tchar((unsigned char)*q))
             q++;
@@ -118,6 +134,11 @@ int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e)
             if (k == 0 || v + k != ve || k > 18)
                 return refuse(e, 400, "bad_request",
                               "Content-Length is not a decimal length");
+            length = 0;
+            for (size_t i = 0; i < k; i++)
+                length = length * 10 + (v[i] - '0');
+        } else if (same_nocase(p, name_len, "expect")) {
+            expect = same_nocase(v, (size_t)(ve - v), "100-continue");
         } else if (same_nocase(p, name_len, "transfer-encoding")) {
             if (!same_nocase(v, (size_t)(ve - v), "chunked"))
                 return refuse(e, 400, "bad_request",
@@ -132,8 +153,109 @@ int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e)
     if (chunked > 1 || (chunked && n_length))
         return refuse(e, 400, "bad_request",
                       "Transfer-Encoding with Content-Length (or twice)");
-    *head_len = (size_t)(nl + 1 - buf);
+    out->len = (size_t)(nl + 1 - buf);
+    out->chunked = chunked;
+    out->length = length;
+    out->expect_continue = expect;
     return 0;
+}
+
+int srv_head_check(const char *buf, size_t len, size_t *head_len, srv_error *e)
+{
+    srv_head h;
+    int rc = srv_head_parse(buf, len, &h, e);
+    if (rc == 0)
+        *head_len = h.len;
+    return rc;
+}
+
+/* The value of the hexadecimal digits P..END (at most 15: it fits), or -1. */
+static int64_t chunk_size(const char *p, const char *end)
+{
+    uint64_t v = 0;
+    if (p == end || end - p > 15)
+        return -1;
+    for (; p < end; p++) {
+        int d = *p >= '0' && *p <= '9'   ? *p - '0'
+                : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10
+                : *p >= 'A' && *p <= 'F' ? *p - 'A' + 10
+                                         : -1;
+        if (d < 0)
+            return -1;
+        v = v * 16 + (uint64_t)d;
+    }
+    return (int64_t)v;
+}
+
+int srv_chunked_check(const char *buf, size_t len, uint64_t max_body,
+                      size_t *body_len, srv_error *e)
+{
+    const char *p = buf, *end = buf + len;
+    uint64_t total = 0;
+    for (;;) {
+        const char *nl = line_end(p, end);
+        if (!nl)
+            return end - p > 1024 ? refuse(e, 400, "bad_request",
+                                           "a chunk size line over 1024 bytes")
+                                  : 1;
+        const char *le = nl > p && nl[-1] == '\r' ? nl - 1 : nl;
+        const char *q = p;
+        while (q < le && *q != ';')
+            q++;
+        int64_t size = chunk_size(p, q);
+        if (size < 0)
+            return refuse(e, 400, "bad_request", "malformed chunk size");
+        for (const char *c = q; c < le; c++) /* an extension, ignored */
+            if (((unsigned char)*c < 0x20 && *c != '\t') ||
+                (unsigned char)*c == 0x7f)
+                return refuse(e, 400, "bad_request",
+                              "a control character in a chunk extension");
+        if ((uint64_t)size > max_body - total) {
+            srv_error_set(e, 413, "invalid_request_error", "body_too_large",
+                          NULL, "the request body is over the %llu byte limit",
+                          (unsigned long long)max_body);
+            return -1;
+        }
+        total += (uint64_t)size;
+        p = nl + 1;
+        if (size == 0)
+            break;
+        /* the data, then CRLF (or a bare LF, as libmicrohttpd takes) */
+        if ((uint64_t)(end - p) < (uint64_t)size + 1)
+            return 1;
+        p += size;
+        if (*p == '\r') {
+            if (end - p < 2)
+                return 1;
+            p++;
+        }
+        if (*p != '\n')
+            return refuse(e, 400, "bad_request",
+                          "a chunk is longer than its size says");
+        p++;
+    }
+    /* trailer fields, then the blank line */
+    for (int n = 0;; n++) {
+        const char *nl = line_end(p, end);
+        if (!nl)
+            return 1;
+        const char *le = nl > p && nl[-1] == '\r' ? nl - 1 : nl;
+        if (le == p) {
+            *body_len = (size_t)(nl + 1 - buf);
+            return 0;
+        }
+        const char *q = p;
+        while (q < le && is_tchar((unsigned char)*q))
+            q++;
+        if (n >= SRV_FIELDS_MAX || q == p || q >= le || *q != ':')
+            return refuse(e, 400, "bad_request", "malformed chunked trailer");
+        for (const char *c = q; c < le; c++)
+            if (((unsigned char)*c < 0x20 && *c != '\t') ||
+                (unsigned char)*c == 0x7f)
+                return refuse(e, 400, "bad_request",
+                              "a control character in a chunked trailer");
+        p = nl + 1;
+    }
 }
 
 /* ---------------------------------------------------------------- gate */
@@ -144,8 +266,10 @@ typedef struct pend {
     loom_socket fd;
     int state;
     uint64_t due;        /* deadline (monotonic ns) */
-    size_t peeked;       /* bytes seen at the last look */
-    uint64_t idle_until; /* no look before this (no new bytes yet) */
+    unsigned looks;      /* looks that found the request incomplete */
+    int big_buf;         /* its receive buffer was grown for a body */
+    size_t want;         /* head and declared body, once the head passed */
+    uint64_t idle_until; /* no look before this */
     unsigned char addr[128];
     size_t addr_len;
 } pend;
@@ -153,6 +277,7 @@ typedef struct pend {
 struct srv_gate {
     loom_socket listener;
     uint64_t head_ns;
+    uint64_t max_body;
     srv_gate_pass_fn pass;
     srv_gate_refused_fn refused;
     void *ctx;
@@ -161,7 +286,7 @@ struct srv_gate {
     int stop;
     pend *v;
     size_t n, cap;
-    char *buf; /* SRV_HEAD_MAX + 1 */
+    char *buf; /* GATE_PEEK */
 };
 
 /* At most this many connections wait at the gate; past it the oldest
@@ -170,6 +295,11 @@ struct srv_gate {
 /* A refused connection is read and dropped this long, so that the error
  * reaches a client that is still sending. */
 #define GATE_DRAIN_NS 2000000000ull
+/* The most a look reads: a head and a body, and one byte more. */
+#define GATE_PEEK (SRV_HEAD_MAX + SRV_GATE_BODY_MAX + 1)
+/* The first wait after an incomplete look, and the longest. */
+#define GATE_BACKOFF_NS     2000000ull
+#define GATE_BACKOFF_MAX_NS 250000000ull
 
 static const char *reason(int status)
 {
@@ -178,6 +308,10 @@ static const char *reason(int status)
         return "Bad Request";
     case 408:
         return "Request Timeout";
+    case 411:
+        return "Length Required";
+    case 413:
+        return "Content Too Large";
     case 414:
         return "URI Too Long";
     case 431:
@@ -216,28 +350,97 @@ static void drop(srv_gate *g, size_t i)
     g->v[i] = g->v[--g->n];
 }
 
+/* P is still incomplete with HAVE bytes: it is looked at again once more
+ * have come, and not too soon. */
+static void back_off(pend *p, uint64_t now, long have)
+{
+    uint64_t wait =
+        p->looks < 7 ? GATE_BACKOFF_NS << p->looks : GATE_BACKOFF_MAX_NS;
+    if (wait > GATE_BACKOFF_MAX_NS)
+        wait = GATE_BACKOFF_MAX_NS;
+    p->looks++;
+    p->idle_until = now + wait;
+    loom_socket_set_rcvlowat(p->fd, (int)have + 1);
+}
+
 /* Looks at P's waiting bytes; 1 when P leaves the gate (handed over or
  * closed). */
 static int look(srv_gate *g, pend *p, uint64_t now)
 {
     if (p->state == AT_DRAIN) {
-        long r = loom_socket_recv(p->fd, g->buf, SRV_HEAD_MAX, 0);
+        long r = loom_socket_recv(p->fd, g->buf, GATE_PEEK, 0);
         if (r == 0 || r == -1) {
             loom_socket_close(p->fd);
             return 1;
         }
         return 0;
     }
-    long r = loom_socket_peek(p->fd, g->buf, SRV_HEAD_MAX + 1);
+    if (p->want) {
+        /* the head passed: only the count of a declared body's bytes is
+         * needed, not another copy of them (readable with none: its end) */
+        long n = loom_socket_pending(p->fd);
+        if (n <= 0) {
+            loom_socket_close(p->fd);
+            return 1;
+        }
+        if ((size_t)n >= p->want) {
+            loom_socket_set_rcvlowat(p->fd, 1);
+            g->pass(g->ctx, p->fd, p->addr, p->addr_len);
+            return 1;
+        }
+        back_off(p, now, n);
+        return 0;
+    }
+    long r = loom_socket_peek(p->fd, g->buf, GATE_PEEK);
     if (r == -2)
         return 0;
     if (r <= 0) {
-        loom_socket_close(p->fd); /* gone before a whole head */
+        loom_socket_close(p->fd); /* gone before a whole request */
         return 1;
     }
     srv_error e;
-    size_t head_len = 0;
-    int rc = srv_head_check(g->buf, (size_t)r, &head_len, &e);
+    srv_head h = {0, 0, -1, 0};
+    size_t body_len = 0;
+    /* the head alone is limited to SRV_HEAD_MAX */
+    size_t head_part =
+        (size_t)r < SRV_HEAD_MAX + 1 ? (size_t)r : SRV_HEAD_MAX + 1;
+    int rc = srv_head_parse(g->buf, head_part, &h, &e);
+    size_t have = (size_t)r - h.len; /* of the body, when rc is 0 */
+    if (rc == 0 && h.chunked) {
+        /* libmicrohttpd answers bad chunk framing with HTML, and cannot be
+         * given the bytes another way: the whole body waits here */
+        rc =
+            srv_chunked_check(g->buf + h.len, have, g->max_body, &body_len, &e);
+        if (rc == 1 && have >= SRV_GATE_BODY_MAX) {
+            srv_error_set(&e, 411, "invalid_request_error", "length_required",
+                          NULL,
+                          "a chunked body over %d bytes: send it with a "
+                          "Content-Length",
+                          SRV_GATE_BODY_MAX);
+            rc = -1;
+        }
+    } else if (rc == 0 && h.length > 0 && !h.expect_continue &&
+               (uint64_t)h.length <= g->max_body &&
+               h.length <= SRV_GATE_BODY_MAX) {
+        /* a small body waits here too: a client trickling it holds no
+         * thread of libmicrohttpd's (larger ones, and those a client sends
+         * only after libmicrohttpd's 100 Continue, have the read deadlines) */
+        if (have < (size_t)h.length) {
+            p->want = h.len + (size_t)h.length;
+            rc = 1;
+        }
+    }
+    if (rc == 1 && h.len && !p->big_buf) {
+        /* room for the whole body without it being read */
+        loom_socket_set_rcvbuf(p->fd, GATE_PEEK + GATE_PEEK / 2);
+        p->big_buf = 1;
+        /* a chunked body is needed here: ask for it (libmicrohttpd says
+         * 100 Continue again later; a client takes any number of them) */
+        if (h.chunked && h.expect_continue) {
+            static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            loom_socket_send_all(p->fd, cont, sizeof cont - 1);
+        }
+    }
     if (rc < 0) {
         answer(g, p, &e);
         return 0;
@@ -247,11 +450,7 @@ static int look(srv_gate *g, pend *p, uint64_t now)
         g->pass(g->ctx, p->fd, p->addr, p->addr_len);
         return 1;
     }
-    /* wake again only when more than what is here has come */
-    if ((size_t)r == p->peeked)
-        p->idle_until = now + 20000000ull;
-    p->peeked = (size_t)r;
-    loom_socket_set_rcvlowat(p->fd, (int)r + 1);
+    back_off(p, now, r);
     return 0;
 }
 
@@ -320,12 +519,21 @@ static void gate_main(void *arg)
         }
         size_t n = 0;
         fds[n++] = g->listener;
-        for (size_t i = 0; i < g->n; i++)
-            if (g->v[i].idle_until <= now) {
+        /* wake for the next connection due a look, or at most 50 ms on */
+        uint64_t next = now + 50000000ull;
+        for (size_t i = 0; i < g->n; i++) {
+            pend *p = &g->v[i];
+            if (p->idle_until <= now) {
                 which[n] = i;
-                fds[n++] = g->v[i].fd;
+                fds[n++] = p->fd;
+            } else if (p->idle_until < next) {
+                next = p->idle_until;
             }
-        int got = loom_socket_poll(fds, n, ready, 50);
+            if (p->due < next)
+                next = p->due > now ? p->due : now;
+        }
+        uint32_t wait_ms = (uint32_t)((next - now + 999999) / 1000000);
+        int got = loom_socket_poll(fds, n, ready, wait_ms);
         now = loom_now_ns();
         if (got > 0) {
             /* pending ones first (their indexes hold until accept_all) */
@@ -359,12 +567,12 @@ static void gate_main(void *arg)
 }
 
 loom_status srv_gate_start(loom_socket listener, uint32_t head_ms,
-                           srv_gate_pass_fn pass, srv_gate_refused_fn refused,
-                           void *ctx, srv_gate **out, loom_err *err)
+                           uint64_t max_body, srv_gate_pass_fn pass,
+                           srv_gate_refused_fn refused, void *ctx,
+                           srv_gate **out, loom_err *err)
 {
     srv_gate *g = calloc(1, sizeof *g);
-    if (!g || !(g->mu = loom_mutex_new()) ||
-        !(g->buf = malloc(SRV_HEAD_MAX + 1))) {
+    if (!g || !(g->mu = loom_mutex_new()) || !(g->buf = malloc(GATE_PEEK))) {
         if (g) {
             loom_mutex_free(g->mu);
             free(g);
@@ -381,6 +589,7 @@ loom_status srv_gate_start(loom_socket listener, uint32_t head_ms,
     }
     g->listener = listener;
     g->head_ns = (uint64_t)head_ms * 1000000ull;
+    g->max_body = max_body;
     g->pass = pass;
     g->refused = refused;
     g->ctx = ctx;
