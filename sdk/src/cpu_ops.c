@@ -1,5 +1,6 @@
 /* The float32 CPU building blocks declared in loom/cpu_ops.h. */
 #include <loom/cpu_ops.h>
+#include <loom/round_plan.h>
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -398,4 +399,38 @@ void loom_cpu_matmul_view(const loom_host *host, const loom_weight *w,
     }
     for (int64_t t = 0; t < n; t++)
         host->matmul(host, w, x + t * w->cols, loom_view_row_f32(y, t), 1);
+}
+
+/* ---------------------------------------------------------------- prompts */
+
+void loom_cpu_prompt_rows(const loom_round_plan *plan, uint8_t *prompt)
+{
+    memset(prompt, 0, (size_t)plan->n_rows);
+    for (int32_t i = 0; i < plan->n_streams; i++) {
+        const loom_plan_stream *s = &plan->streams[i];
+        if (s->first_spec >= 0 || s->count < LOOM_CPU_PROMPT_MIN_ROWS)
+            continue;
+        for (int32_t k = 0; k < s->count; k++)
+            prompt[loom_plan_row(plan, s, k)] = 1;
+    }
+}
+
+void loom_cpu_matmul_rows(const loom_host *host, const loom_weight *w,
+                          const float *x, float *y, int64_t n,
+                          const uint8_t *prompt)
+{
+    int has = LOOM_HAS_FIELD(host->struct_size, loom_host, matmul_prompt) &&
+              host->matmul_prompt;
+    for (int64_t t0 = 0; t0 < n;) {
+        int p = prompt && prompt[t0];
+        int64_t t1 = t0 + 1;
+        while (t1 < n && (prompt && prompt[t1]) == p)
+            t1++;
+        if (p && has)
+            host->matmul_prompt(host, w, x + t0 * w->cols, y + t0 * w->rows,
+                                t1 - t0);
+        else
+            host->matmul(host, w, x + t0 * w->cols, y + t0 * w->rows, t1 - t0);
+        t0 = t1;
+    }
 }

@@ -241,6 +241,12 @@ static void LOOM_ABI h_matmul(const loom_host *h, const loom_weight *w,
     loom_matmul(state_of(h)->pool, w, x, y, n_tok);
 }
 
+static void LOOM_ABI h_matmul_prompt(const loom_host *h, const loom_weight *w,
+                                     const float *x, float *y, int64_t n_tok)
+{
+    loom_matmul_prompt(state_of(h)->pool, w, x, y, n_tok);
+}
+
 static void LOOM_ABI h_weight_row(const loom_weight *w, int64_t row, float *out)
 {
     loom_weight_row(w, row, out);
@@ -318,6 +324,7 @@ void loom_host_init(loom_host_state *s, loom_pool *pool)
     h->weight_row = h_weight_row;
     h->account = h_account;
     h->cuda = h_cuda;
+    h->matmul_prompt = h_matmul_prompt;
 }
 
 void loom_host_lend(loom_host_state *out, loom_host_state *base,
