@@ -390,15 +390,15 @@ static void f32_chunk(const struct pjob *j, int64_t r0, int nr, float *wb,
         }
     }
 #endif
-    for (int i = 0; i < ntile; i++)
-        for (int64_t g = 0; g < ng; g++)
-            for (int r = 0; r < R && i * R + r < nr; r++)
-                for (int64_t q = 0; q < NT * L; q++) {
-                    int64_t t = g * NT * L + q;
-                    if (t < j->T)
-                        j->y[t * j->M + r0 + i * R + r] =
-                            c[(i * ng + g) * cs + (r * NT + q / L) * L + q % L];
-                }
+    /* token by token, so that each token's rows are written in order */
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t q = 0; q < NT * L && g * NT * L + q < j->T; q++) {
+            float *yt = j->y + (g * NT * L + q) * j->M + r0;
+            const float *cq = c + g * cs + (q / L) * L + q % L;
+            for (int i = 0; i < ntile; i++)
+                for (int r = 0; r < R && i * R + r < nr; r++)
+                    yt[i * R + r] = cq[i * ng * cs + r * NT * L];
+        }
 }
 
 /* Tiles [i0, i1) of R rows each (rows, on the generic path). */
