@@ -43,9 +43,20 @@ void loom_matmul_prompt(loom_pool *pool, const loom_weight *w, const float *x,
                         float *y, int64_t n_tok);
 /* The best set the prompt kernel runs here (up to LOOM_MM_AVX512BF16). */
 loom_mm_isa loom_matmul_prompt_isa(void);
+/* The set loom_matmul_prompt uses: loom_matmul_prompt_isa, AVX-512F
+ * where that is AVX512-BF16 (matmul_prompt.c says why). */
+loom_mm_isa loom_matmul_prompt_default(void);
 /* loom_matmul_prompt on set `isa`, or on the best the CPU runs if lower. */
 void loom_matmul_prompt_on(loom_pool *pool, loom_mm_isa isa,
                            const loom_weight *w, const float *x, float *y,
                            int64_t n_tok);
+/* loom_matmul_on and loom_matmul_prompt_on on a set the caller read from
+ * CPUID before (the host table, once): no CPUID per product, which a
+ * virtual machine traps. */
+void loom__matmul_run(loom_pool *pool, loom_mm_isa isa, const loom_weight *w,
+                      const float *x, float *y, int64_t n_tok);
+void loom__matmul_prompt_run(loom_pool *pool, loom_mm_isa isa,
+                             const loom_weight *w, const float *x, float *y,
+                             int64_t n_tok);
 
 #endif

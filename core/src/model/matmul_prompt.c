@@ -469,15 +469,20 @@ void loom_matmul_prompt_on(loom_pool *pool, loom_mm_isa isa,
                            const loom_weight *w, const float *x, float *y,
                            int64_t n_tok)
 {
+    loom_mm_isa best = loom_matmul_prompt_isa();
+    loom__matmul_prompt_run(pool, isa > best ? best : isa, w, x, y, n_tok);
+}
+
+void loom__matmul_prompt_run(loom_pool *pool, loom_mm_isa isa,
+                             const loom_weight *w, const float *x, float *y,
+                             int64_t n_tok)
+{
     if (n_tok <= 0 || w->rows <= 0)
         return;
     if (w->cols <= 0) {
         memset(y, 0, sizeof(float) * (size_t)(n_tok * w->rows));
         return;
     }
-    loom_mm_isa best = loom_matmul_prompt_isa();
-    if (isa > best)
-        isa = best;
     struct pjob j = {w, x, y, n_tok, w->cols, w->rows, K_GENERIC, 1, 0, NULL};
     int plain_bf16 = w->bits == 0 && w->dtype == LOOM_DTYPE_BF16;
     if (isa == LOOM_MM_AVX512BF16 && plain_bf16)
@@ -497,7 +502,8 @@ void loom_matmul_prompt_on(loom_pool *pool, loom_mm_isa isa,
                       (size_t)(per > 0 ? per : 1));
         if (!j.xp) {
             /* no memory for the packed tokens: the decode kernels */
-            loom_matmul(pool, w, x, y, n_tok);
+            loom__matmul_run(pool, isa > LOOM_MM_AVX512 ? LOOM_MM_AVX512 : isa,
+                             w, x, y, n_tok);
             return;
         }
         if (small)
@@ -517,11 +523,14 @@ void loom_matmul_prompt_on(loom_pool *pool, loom_mm_isa isa,
  * cycle, so its 32 products an instruction run at half the FMA rate (86 vs
  * 175 GFLOP/s of one core in a register-only loop; 55-68 vs 103-109 GFLOP/s
  * for this file's kernels on [3584 x 1024] x 128 tokens). */
+loom_mm_isa loom_matmul_prompt_default(void)
+{
+    loom_mm_isa isa = loom_matmul_prompt_isa();
+    return isa == LOOM_MM_AVX512BF16 ? LOOM_MM_AVX512 : isa;
+}
+
 void loom_matmul_prompt(loom_pool *pool, const loom_weight *w, const float *x,
                         float *y, int64_t n_tok)
 {
-    loom_mm_isa isa = loom_matmul_prompt_isa();
-    if (isa == LOOM_MM_AVX512BF16)
-        isa = LOOM_MM_AVX512;
-    loom_matmul_prompt_on(pool, isa, w, x, y, n_tok);
+    loom__matmul_prompt_run(pool, loom_matmul_prompt_default(), w, x, y, n_tok);
 }
