@@ -41,9 +41,13 @@ enum { K_GENERIC, K_AVX2, K_AVX512, K_DP };
 #define NT512 4
 #define R256  4
 #define NT256 3
-/* Tiles whose rows are converted to float32 together, and columns a pass
- * over a token group takes (64 tokens x KC floats: 32 KiB, in L1). */
-#define MC_TILES 8
+/* Tiles that share a pass over the packed tokens (their KC columns of
+ * weights as float32 converted together: 32 x 6 x KC floats, 96 KiB, in
+ * L2); whole rows at a time (quantized weights, AVX2) only as many as fit
+ * in WB_BYTES. And columns a pass over a token group takes (64 tokens x KC
+ * floats: 32 KiB, in L1). */
+#define MC_SEG   32
+#define WB_BYTES (512 * 1024)
 #define KC       128
 
 struct pjob {
@@ -343,27 +347,19 @@ static void generic_rows(const struct pjob *j, int64_t r0, int64_t r1,
     }
 }
 
-/* Row `r` of w as float32 (exact): the SIMD conversion for plain types on
- * the AVX-512 paths, the reference conversion otherwise. */
-static void row_f32(const struct pjob *j, int64_t r, float *out)
+/* Plain weights on the AVX-512 paths are converted KC columns at a time
+ * (wb holds the chunk's rows x KC), others whole rows at a time (rows x K,
+ * the reference conversion). */
+static int by_segment(const struct pjob *j)
 {
-    const loom_weight *w = j->w;
-#ifdef PROMPT_X86
-    if (j->kind != K_AVX2 && w->bits == 0) {
-        size_t es = w->dtype == LOOM_DTYPE_F32 ? 4 : 2;
-        cvt512((const char *)w->data + (size_t)r * (size_t)w->cols * es,
-               w->dtype, w->cols, out);
-        return;
-    }
-#endif
-    loom_weight_row(w, r, out);
+    return j->kind == K_AVX512 && j->w->bits == 0;
 }
 
-/* Float32 paths, rows [r0, r0 + nr) (at most MC_TILES tiles): the rows as
- * float32 into wb (a short last tile repeats its last row: each output's
- * chain is its own), then per KC columns, per token group (its KC columns
- * stay in L1), per tile: the partial sums kept in c between column blocks,
- * stored and reloaded exactly, so each output is still one chain. */
+/* Float32 paths, rows [r0, r0 + nr): the rows as float32 into wb (a short
+ * last tile repeats its last row: each output's chain is its own), then
+ * per KC columns, per token group (its KC columns stay in L1), per tile:
+ * the partial sums kept in c between column blocks, stored and reloaded
+ * exactly, so each output is still one chain. */
 static void f32_chunk(const struct pjob *j, int64_t r0, int nr, float *wb,
                       float *c)
 {
@@ -371,21 +367,32 @@ static void f32_chunk(const struct pjob *j, int64_t r0, int nr, float *wb,
     const int64_t K = j->K, L = j->lanes, ng = (j->nb + NT - 1) / NT;
     const int ntile = (nr + R - 1) / R;
     const int64_t cs = (int64_t)R * NT * L; /* floats of one tile's sums */
-    for (int q = 0; q < ntile * R; q++)
-        row_f32(j, r0 + (q < nr ? q : nr - 1), wb + q * K);
+    const int seg = by_segment(j);
+    const int64_t ws = seg ? KC : K; /* floats between rows of wb */
+    if (!seg)
+        for (int q = 0; q < ntile * R; q++)
+            loom_weight_row(j->w, r0 + (q < nr ? q : nr - 1), wb + q * K);
 #ifdef PROMPT_X86
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
         int64_t kn = min64(KC, K - k0);
+        const size_t es = j->w->dtype == LOOM_DTYPE_F32 ? 4 : 2;
+        for (int q = 0; seg && q < ntile * R; q++)
+            cvt512((const char *)j->w->data +
+                       ((size_t)(r0 + (q < nr ? q : nr - 1)) * (size_t)K +
+                        (size_t)k0) *
+                           es,
+                   j->w->dtype, kn, wb + q * KC);
+        const float *wk = seg ? wb : wb + k0;
         for (int64_t g = 0; g < ng; g++) {
             int nt = (int)min64(NT, j->nb - g * NT);
             const float *xb = (const float *)j->xp + g * NT * K * L + k0 * L;
             for (int i = 0; i < ntile; i++) {
-                const float *wt = wb + (int64_t)i * R * K + k0;
+                const float *wt = wk + (int64_t)i * R * ws;
                 float *ci = c + (i * ng + g) * cs;
                 if (j->kind == K_AVX2)
-                    f256_tile(wt, K, xb, K * L, kn, nt, ci, k0 == 0);
+                    f256_tile(wt, ws, xb, K * L, kn, nt, ci, k0 == 0);
                 else
-                    f512_tile(wt, K, xb, K * L, kn, nt, ci, k0 == 0);
+                    f512_tile(wt, ws, xb, K * L, kn, nt, ci, k0 == 0);
             }
         }
     }
@@ -432,11 +439,13 @@ static void LOOM_ABI tiles_task(void *ctx, int64_t i0, int64_t i1)
     }
     const int NT = j->kind == K_AVX2 ? NT256 : NT512;
     const int64_t ng = (j->nb + NT - 1) / NT;
-    const size_t wn = (size_t)R * (size_t)K,
+    const size_t wn = (size_t)R * (size_t)(by_segment(j) ? KC : K),
                  cn = (size_t)(ng * R * NT) * j->lanes;
-    float *wb = malloc(sizeof(float) * wn * MC_TILES);
-    float *c = malloc(sizeof(float) * cn * MC_TILES);
-    int64_t step = MC_TILES;
+    int64_t step =
+        by_segment(j) ? MC_SEG : (int64_t)(WB_BYTES / (sizeof(float) * wn));
+    step = step < 1 ? 1 : step > MC_SEG ? MC_SEG : step;
+    float *wb = malloc(sizeof(float) * wn * (size_t)step);
+    float *c = malloc(sizeof(float) * cn * (size_t)step);
     if (!wb || !c) {
         /* no scratch: one tile at a time through the stack, the same
          * chains */
