@@ -479,9 +479,7 @@ loom_status LOOM_ABI nem_forward(loom_model *m, const loom_round *round,
                            f.x + (size_t)r * H);
     for (int32_t i = 0; i < g->n_layers; i++) {
         const nem_layer *L = &m->layers[i];
-        for (int32_t r = 0; r < f.n; r++)
-            loom_cpu_rmsnorm(f.xn + (size_t)r * H, f.x + (size_t)r * H, L->norm,
-                             H, g->eps);
+        loom_cpu_rmsnorm_rows(f.host, f.xn, f.x, L->norm, f.n, H, g->eps);
         switch (L->kind) {
         case NEM_MAMBA:
             mamba_block(&f, L);
@@ -496,7 +494,7 @@ loom_status LOOM_ABI nem_forward(loom_model *m, const loom_round *round,
             moe_block(&f, L);
             break;
         }
-        loom_cpu_add(f.x, f.mix, (int64_t)f.n * H);
+        loom_cpu_add_rows(f.host, f.x, f.mix, f.n, H);
         tap_layer(&f, out, i);
     }
 

@@ -376,13 +376,6 @@ static void q35_tap(loom_model *m, const loom_round *round,
     }
 }
 
-static void q35_norm_rows(float *out, const float *x, const float *w, int64_t T,
-                          int64_t n, float eps)
-{
-    for (int64_t t = 0; t < T; t++)
-        loom_cpu_rmsnorm(out + t * n, x + t * n, w, n, eps);
-}
-
 loom_status LOOM_ABI q35_forward(loom_model *m, const loom_round *round,
                                  const loom_output *out, loom_err *err)
 {
@@ -409,18 +402,18 @@ loom_status LOOM_ABI q35_forward(loom_model *m, const loom_round *round,
                          s->h + t * H);
     for (int64_t i = 0; i < g->n_layers; i++) {
         const q35_layer *L = &m->w.layers[i];
-        q35_norm_rows(s->xn, s->h, L->in_norm, T, H, eps);
+        loom_cpu_rmsnorm_rows(host, s->xn, s->h, L->in_norm, T, H, eps);
         if (L->kind == 'A')
             q35_attention(m, round, L, m->slot[i]);
         else
             q35_gdn(m, round, L, m->slot[i], p->n_streams);
-        loom_cpu_add(s->h, s->proj, T * H);
-        q35_norm_rows(s->xn, s->h, L->post_norm, T, H, eps);
+        loom_cpu_add_rows(host, s->h, s->proj, T, H);
+        loom_cpu_rmsnorm_rows(host, s->xn, s->h, L->post_norm, T, H, eps);
         if (L->moe)
             q35_moe_forward(m, L, s->xn, s->proj, T);
         else
             q35_mlp(m, L, T);
-        loom_cpu_add(s->h, s->proj, T * H);
+        loom_cpu_add_rows(host, s->h, s->proj, T, H);
         q35_tap(m, round, out, i);
     }
     if (p->n_logits > 0) {

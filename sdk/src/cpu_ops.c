@@ -473,3 +473,47 @@ void loom_cpu_matmul_rows(const loom_host *host, const loom_weight *w,
         t0 = t1;
     }
 }
+
+typedef struct rows_job {
+    float *out;
+    const float *x, *w;
+    int64_t n;
+    float eps;
+} rows_job;
+
+static void LOOM_ABI norm_task(void *ctx, int64_t r0, int64_t r1)
+{
+    const rows_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++)
+        loom_cpu_rmsnorm(j->out + r * j->n, j->x + r * j->n, j->w, j->n,
+                         j->eps);
+}
+
+static void LOOM_ABI add_task(void *ctx, int64_t r0, int64_t r1)
+{
+    const rows_job *j = ctx;
+    loom_cpu_add(j->out + r0 * j->n, j->x + r0 * j->n, (r1 - r0) * j->n);
+}
+
+/* Rows below this run on the caller: a decode round is not worth a wake-up. */
+#define ROWS_PARALLEL 8
+
+void loom_cpu_rmsnorm_rows(const loom_host *host, float *out, const float *x,
+                           const float *w, int64_t rows, int64_t n, float eps)
+{
+    rows_job j = {out, x, w, n, eps};
+    if (rows < ROWS_PARALLEL)
+        norm_task(&j, 0, rows);
+    else
+        host->parallel_for(host, rows, norm_task, &j);
+}
+
+void loom_cpu_add_rows(const loom_host *host, float *y, const float *x,
+                       int64_t rows, int64_t n)
+{
+    rows_job j = {y, x, NULL, n, 0.0f};
+    if (rows < ROWS_PARALLEL)
+        add_task(&j, 0, rows);
+    else
+        host->parallel_for(host, rows, add_task, &j);
+}

@@ -194,6 +194,13 @@ void loom_cpu_prompt_rows(const struct loom_round_plan *plan, uint8_t *prompt);
 void loom_cpu_matmul_rows(const loom_host *host, const loom_weight *w,
                           const float *x, float *y, int64_t n,
                           const uint8_t *prompt);
+/* loom_cpu_rmsnorm of each of `rows` rows of n (out may alias x) and
+ * y += x over rows x n, split by rows over host's pool when there are
+ * enough of them (a prompt chunk): each row's bits as the one-thread loop's. */
+void loom_cpu_rmsnorm_rows(const loom_host *host, float *out, const float *x,
+                           const float *w, int64_t rows, int64_t n, float eps);
+void loom_cpu_add_rows(const loom_host *host, float *y, const float *x,
+                       int64_t rows, int64_t n);
 
 #ifdef __cplusplus
 }
