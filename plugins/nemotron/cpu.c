@@ -5,7 +5,8 @@
  *   h = E[token];  for each layer: h += Mixer(RMSNorm(h));
  *   logits = lm_head . RMSNorm_f(h)        (only for rows that ask)
  *
- * Linear layers run over all rows of the round at once (host->matmul);
+ * Linear layers run over all rows of the round at once (host->matmul; a
+ * prompt chunk's rows through host->matmul_prompt, loom_cpu_matmul_rows);
  * what is sequential in time (the conv tail, the SSM scan, K/V appends)
  * runs per stream in row order, with the SSM scan parallel over
  * (stream, head) pairs and attention over (row, head) pairs. Rows flagged
@@ -45,6 +46,8 @@ typedef struct fwd {
     float *scores;  /* [n_slots, max_ctx] attention scratch */
     int64_t max_ctx;
     int32_t n_slots;
+
+    uint8_t *prompt; /* [n] rows of prompt chunks (loom_cpu_prompt_rows) */
 } fwd;
 
 static int64_t max64(int64_t a, int64_t b)
@@ -69,6 +72,7 @@ static void fwd_free(fwd *f)
     free(f->erows);
     free(f->ewts);
     free(f->scores);
+    free(f->prompt);
 }
 
 static loom_status fwd_alloc(fwd *f, loom_err *err)
@@ -97,10 +101,12 @@ static loom_status fwd_alloc(fwd *f, loom_err *err)
     f->selw = malloc(n * (size_t)max64(g->top_k, 1) * sizeof(float));
     f->erows = malloc(n * sizeof(int32_t));
     f->ewts = malloc(n * sizeof(float));
+    f->prompt = malloc(n);
     f->scores = malloc((size_t)f->n_slots * (size_t)max64(f->max_ctx, 1) *
                        sizeof(float));
     if (!f->x || !f->xn || !f->mix || !f->a || !f->b || !f->c || !f->dt ||
-        !f->ex || !f->sel || !f->selw || !f->erows || !f->ewts || !f->scores)
+        !f->ex || !f->sel || !f->selw || !f->erows || !f->ewts || !f->scores ||
+        !f->prompt)
         return loom_err_set(err, LOOM_ERR_NOMEM,
                             "forward: out of memory for %d rows", f->n);
     return LOOM_OK;
@@ -218,7 +224,7 @@ static void mamba_block(fwd *f, const nem_layer *L)
     const nem_geometry *g = f->g;
     const loom_host *host = f->host;
     int64_t W = g->in_proj_dim, cd = g->conv_dim, nh = g->m_heads;
-    host->matmul(host, &L->in_proj, f->xn, f->a, f->n);
+    loom_cpu_matmul_rows(host, &L->in_proj, f->xn, f->a, f->n, f->prompt);
     add_bias(f->a, L->in_bias, f->n, W);
 
     struct scan_job job = {f, L};
@@ -247,7 +253,7 @@ static void mamba_block(fwd *f, const nem_layer *L)
 
     host->parallel_for(host, (int64_t)f->p->n_streams * nh, scan_heads, &job);
     host->parallel_for(host, f->n, gate_rows, &job);
-    host->matmul(host, &L->out_proj, f->c, f->mix, f->n);
+    loom_cpu_matmul_rows(host, &L->out_proj, f->c, f->mix, f->n, f->prompt);
     add_bias(f->mix, L->out_bias, f->n, g->hidden);
 }
 
@@ -289,9 +295,9 @@ static void attention_block(fwd *f, const nem_layer *L)
     const nem_geometry *g = f->g;
     const loom_host *host = f->host;
     int64_t kvw = (int64_t)g->n_kv_heads * g->head_dim;
-    host->matmul(host, &L->wq, f->xn, f->a, f->n);
-    host->matmul(host, &L->wk, f->xn, f->b, f->n);
-    host->matmul(host, &L->wv, f->xn, f->c, f->n);
+    loom_cpu_matmul_rows(host, &L->wq, f->xn, f->a, f->n, f->prompt);
+    loom_cpu_matmul_rows(host, &L->wk, f->xn, f->b, f->n, f->prompt);
+    loom_cpu_matmul_rows(host, &L->wv, f->xn, f->c, f->n, f->prompt);
     /* no positional encoding: K/V go in as they are */
     for (int32_t r = 0; r < f->n; r++) {
         const loom_row *row = loom_round_row(f->round, r);
@@ -300,7 +306,7 @@ static void attention_block(fwd *f, const nem_layer *L)
     }
     struct attn_job job = {f, L, (float)(1.0 / sqrt((double)g->head_dim))};
     host->parallel_for(host, f->n_slots, attend_slots, &job);
-    host->matmul(host, &L->wo, f->c, f->mix, f->n);
+    loom_cpu_matmul_rows(host, &L->wo, f->c, f->mix, f->n, f->prompt);
 }
 
 /* ---------------------------------------------------------------- MLP */
@@ -308,9 +314,9 @@ static void attention_block(fwd *f, const nem_layer *L)
 static void mlp_block(fwd *f, const nem_layer *L)
 {
     const nem_geometry *g = f->g;
-    f->host->matmul(f->host, &L->up, f->xn, f->a, f->n);
+    loom_cpu_matmul_rows(f->host, &L->up, f->xn, f->a, f->n, f->prompt);
     loom_cpu_relu2_inplace(f->a, (int64_t)f->n * g->mlp_inter);
-    f->host->matmul(f->host, &L->down, f->a, f->mix, f->n);
+    loom_cpu_matmul_rows(f->host, &L->down, f->a, f->mix, f->n, f->prompt);
 }
 
 /* ---------------------------------------------------------------- MoE */
@@ -415,9 +421,9 @@ static void moe_block(fwd *f, const nem_layer *L)
                           og + (size_t)i * H, H);
     }
     /* plus the shared expert */
-    host->matmul(host, &L->up, f->xn, f->b, f->n);
+    loom_cpu_matmul_rows(host, &L->up, f->xn, f->b, f->n, f->prompt);
     loom_cpu_relu2_inplace(f->b, (int64_t)f->n * g->shared_inter);
-    host->matmul(host, &L->down, f->b, f->c, f->n);
+    loom_cpu_matmul_rows(host, &L->down, f->b, f->c, f->n, f->prompt);
     loom_cpu_add(f->mix, f->c, (int64_t)f->n * H);
 }
 
@@ -467,14 +473,13 @@ loom_status LOOM_ABI nem_forward(loom_model *m, const loom_round *round,
 
     /* from here on nothing fails */
     int64_t H = g->hidden;
+    loom_cpu_prompt_rows(f.p, f.prompt);
     for (int32_t r = 0; r < f.n; r++)
         f.host->weight_row(&m->embed, loom_round_row(round, r)->token,
                            f.x + (size_t)r * H);
     for (int32_t i = 0; i < g->n_layers; i++) {
         const nem_layer *L = &m->layers[i];
-        for (int32_t r = 0; r < f.n; r++)
-            loom_cpu_rmsnorm(f.xn + (size_t)r * H, f.x + (size_t)r * H, L->norm,
-                             H, g->eps);
+        loom_cpu_rmsnorm_rows(f.host, f.xn, f.x, L->norm, f.n, H, g->eps);
         switch (L->kind) {
         case NEM_MAMBA:
             mamba_block(&f, L);
@@ -489,7 +494,7 @@ loom_status LOOM_ABI nem_forward(loom_model *m, const loom_round *round,
             moe_block(&f, L);
             break;
         }
-        loom_cpu_add(f.x, f.mix, (int64_t)f.n * H);
+        loom_cpu_add_rows(f.host, f.x, f.mix, f.n, H);
         tap_layer(&f, out, i);
     }
 

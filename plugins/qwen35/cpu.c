@@ -1,7 +1,8 @@
 /* The float32 CPU forward of Qwen3.5 / Qwen3-Next over a round of rows
  * (docs/specs/qwen35.md section 2): rows of several streams, each stream's
  * rows in position order. Linear layers run over all rows of the round at
- * once through host->matmul; what is sequential in a stream (the conv tail,
+ * once through host->matmul (a prompt chunk's rows: host->matmul_prompt,
+ * loom_cpu_matmul_rows); what is sequential in a stream (the conv tail,
  * the delta-rule recurrence) runs per stream, in parallel across streams and
  * value heads; attention runs in parallel across (row, head). */
 #include "qwen35.h"
@@ -25,6 +26,7 @@ void q35_scratch_free(q35_scratch *s)
     free(s->a);
     free(s->decay);
     free(s->beta);
+    free(s->prompt);
     q35_moe_scratch_free(&s->moe);
     memset(s, 0, sizeof *s);
 }
@@ -67,8 +69,10 @@ static loom_status q35_scratch_reserve(loom_model *m, int64_t rows,
     n.a = malloc(r * (size_t)g->lin_v_heads * f);
     n.decay = malloc(r * (size_t)g->lin_v_heads * f);
     n.beta = malloc(r * (size_t)g->lin_v_heads * f);
+    n.prompt = malloc(r);
     if (!n.h || !n.xn || !n.proj || !n.big0 || !n.big1 || !n.big2 ||
-        !n.conv_out || !n.o || !n.z || !n.b || !n.a || !n.decay || !n.beta) {
+        !n.conv_out || !n.o || !n.z || !n.b || !n.a || !n.decay || !n.beta ||
+        !n.prompt) {
         q35_scratch_free(&n);
         return loom_err_set(err, LOOM_ERR_NOMEM,
                             "qwen35: no memory for %lld rows of activations",
@@ -127,9 +131,9 @@ static void q35_attention(loom_model *m, const loom_round *round,
     int64_t T = round->n_rows, nh = g->n_heads, nkv = g->n_kv_heads;
     int64_t hd = g->head_dim;
     float eps = (float)g->eps;
-    host->matmul(host, &L->q_proj, s->xn, s->big0, T);
-    host->matmul(host, &L->k_proj, s->xn, s->big1, T);
-    host->matmul(host, &L->v_proj, s->xn, s->big2, T);
+    loom_cpu_matmul_rows(host, &L->q_proj, s->xn, s->big0, T, s->prompt);
+    loom_cpu_matmul_rows(host, &L->k_proj, s->xn, s->big1, T, s->prompt);
+    loom_cpu_matmul_rows(host, &L->v_proj, s->xn, s->big2, T, s->prompt);
     for (int64_t t = 0; t < T; t++) {
         const loom_row *r = loom_round_row(round, (int32_t)t);
         float *qg = s->big0 + t * 2 * nh * hd;
@@ -148,7 +152,7 @@ static void q35_attention(loom_model *m, const loom_round *round,
     }
     q35_attn_job job = {m, round, slot, s->big0, s->o};
     host->parallel_for(host, T * nh, q35_attn_task, &job);
-    host->matmul(host, &L->o_proj, s->o, s->proj, T);
+    loom_cpu_matmul_rows(host, &L->o_proj, s->o, s->proj, T, s->prompt);
 }
 
 /* ---------------------------------------------------------------- GDN */
@@ -321,14 +325,14 @@ static void q35_gdn(loom_model *m, const loom_round *round, const q35_layer *L,
     q35_scratch *s = &m->s;
     int64_t T = round->n_rows;
     if (m->g.variant == Q35_VARIANT_NEXT) {
-        host->matmul(host, &L->in_qkvz, s->xn, s->big1, T);
-        host->matmul(host, &L->in_ba, s->xn, s->big2, T);
+        loom_cpu_matmul_rows(host, &L->in_qkvz, s->xn, s->big1, T, s->prompt);
+        loom_cpu_matmul_rows(host, &L->in_ba, s->xn, s->big2, T, s->prompt);
         q35_next_split(m, T);
     } else {
-        host->matmul(host, &L->in_qkv, s->xn, s->big0, T);
-        host->matmul(host, &L->in_z, s->xn, s->z, T);
-        host->matmul(host, &L->in_b, s->xn, s->b, T);
-        host->matmul(host, &L->in_a, s->xn, s->a, T);
+        loom_cpu_matmul_rows(host, &L->in_qkv, s->xn, s->big0, T, s->prompt);
+        loom_cpu_matmul_rows(host, &L->in_z, s->xn, s->z, T, s->prompt);
+        loom_cpu_matmul_rows(host, &L->in_b, s->xn, s->b, T, s->prompt);
+        loom_cpu_matmul_rows(host, &L->in_a, s->xn, s->a, T, s->prompt);
     }
     q35_gdn_job job = {m, round, L, slot};
     host->parallel_for(host, (int64_t)n_streams * q35_conv_blocks(&m->g),
@@ -336,7 +340,7 @@ static void q35_gdn(loom_model *m, const loom_round *round, const q35_layer *L,
     host->parallel_for(host, n_streams, q35_gdn_gate_task, &job);
     host->parallel_for(host, (int64_t)n_streams * m->g.lin_v_heads,
                        q35_gdn_rec_task, &job);
-    host->matmul(host, &L->out_proj, s->o, s->proj, T);
+    loom_cpu_matmul_rows(host, &L->out_proj, s->o, s->proj, T, s->prompt);
 }
 
 /* ---------------------------------------------------------------- MLP */
@@ -345,10 +349,10 @@ static void q35_mlp(loom_model *m, const q35_layer *L, int64_t T)
 {
     const loom_host *host = m->host;
     q35_scratch *s = &m->s;
-    host->matmul(host, &L->gate, s->xn, s->big0, T);
-    host->matmul(host, &L->up, s->xn, s->big1, T);
+    loom_cpu_matmul_rows(host, &L->gate, s->xn, s->big0, T, s->prompt);
+    loom_cpu_matmul_rows(host, &L->up, s->xn, s->big1, T, s->prompt);
     loom_cpu_swiglu(s->big0, s->big1, T * m->g.ffn);
-    host->matmul(host, &L->down, s->big0, s->proj, T);
+    loom_cpu_matmul_rows(host, &L->down, s->big0, s->proj, T, s->prompt);
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -372,13 +376,6 @@ static void q35_tap(loom_model *m, const loom_round *round,
     }
 }
 
-static void q35_norm_rows(float *out, const float *x, const float *w, int64_t T,
-                          int64_t n, float eps)
-{
-    for (int64_t t = 0; t < T; t++)
-        loom_cpu_rmsnorm(out + t * n, x + t * n, w, n, eps);
-}
-
 loom_status LOOM_ABI q35_forward(loom_model *m, const loom_round *round,
                                  const loom_output *out, loom_err *err)
 {
@@ -399,23 +396,24 @@ loom_status LOOM_ABI q35_forward(loom_model *m, const loom_round *round,
 
     /* nothing can fail from here on: the caches start to change */
     q35_scratch *s = &m->s;
+    loom_cpu_prompt_rows(p, s->prompt);
     for (int64_t t = 0; t < T; t++)
         host->weight_row(&m->w.embed, loom_round_row(round, (int32_t)t)->token,
                          s->h + t * H);
     for (int64_t i = 0; i < g->n_layers; i++) {
         const q35_layer *L = &m->w.layers[i];
-        q35_norm_rows(s->xn, s->h, L->in_norm, T, H, eps);
+        loom_cpu_rmsnorm_rows(host, s->xn, s->h, L->in_norm, T, H, eps);
         if (L->kind == 'A')
             q35_attention(m, round, L, m->slot[i]);
         else
             q35_gdn(m, round, L, m->slot[i], p->n_streams);
-        loom_cpu_add(s->h, s->proj, T * H);
-        q35_norm_rows(s->xn, s->h, L->post_norm, T, H, eps);
+        loom_cpu_add_rows(host, s->h, s->proj, T, H);
+        loom_cpu_rmsnorm_rows(host, s->xn, s->h, L->post_norm, T, H, eps);
         if (L->moe)
             q35_moe_forward(m, L, s->xn, s->proj, T);
         else
             q35_mlp(m, L, T);
-        loom_cpu_add(s->h, s->proj, T * H);
+        loom_cpu_add_rows(host, s->h, s->proj, T, H);
         q35_tap(m, round, out, i);
     }
     if (p->n_logits > 0) {

@@ -159,6 +159,7 @@ typedef struct q35_scratch {
     float *o;                  /* [R, max(value_dim, nh*hd)] */
     float *z, *b, *a;          /* [R, value_dim], [R, Hv], [R, Hv] */
     float *decay, *beta;       /* [R, Hv] */
+    uint8_t *prompt;           /* [R] rows of prompt chunks (cpu_ops.h) */
     q35_moe_scratch moe;
     int64_t big;
 } q35_scratch;

@@ -1,5 +1,6 @@
 /* The float32 CPU building blocks declared in loom/cpu_ops.h. */
 #include <loom/cpu_ops.h>
+#include <loom/round_plan.h>
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,12 +18,32 @@
 
 /* ---------------------------------------------------------------- vectors */
 
+#if defined(__GNUC__) || defined(__clang__)
+/* Plain float lanes, moved with memcpy: GCC's -O2 (its very-cheap vector
+ * cost model) leaves the loops below scalar. Each lane does what the scalar
+ * loop does to its elements, in the same order, so the bits are the same. */
+typedef float loom_v4 __attribute__((vector_size(16)));
+typedef float loom_v8 __attribute__((vector_size(32)));
+#define LOOM_CPU_LANES 1
+#endif
+
 LOOM_CPU_MULTIVERSION
 float loom_cpu_dot(const float *a, const float *b, int64_t n)
 {
     /* four partial sums: lets the compiler vectorise without -ffast-math */
     float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
     int64_t i = 0;
+#ifdef LOOM_CPU_LANES
+    /* the four sums as the lanes of one vector */
+    loom_v4 s = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (; i + 4 <= n; i += 4) {
+        loom_v4 va, vb;
+        memcpy(&va, a + i, sizeof va);
+        memcpy(&vb, b + i, sizeof vb);
+        s += va * vb;
+    }
+    s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3];
+#endif
     for (; i + 4 <= n; i += 4) {
         s0 += a[i] * b[i];
         s1 += a[i + 1] * b[i + 1];
@@ -37,14 +58,33 @@ float loom_cpu_dot(const float *a, const float *b, int64_t n)
 LOOM_CPU_MULTIVERSION
 void loom_cpu_axpy(float *y, float a, const float *x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
+    int64_t i = 0;
+#ifdef LOOM_CPU_LANES
+    for (; i + 8 <= n; i += 8) {
+        loom_v8 vy, vx;
+        memcpy(&vy, y + i, sizeof vy);
+        memcpy(&vx, x + i, sizeof vx);
+        vy += a * vx;
+        memcpy(y + i, &vy, sizeof vy);
+    }
+#endif
+    for (; i < n; i++)
         y[i] += a * x[i];
 }
 
 LOOM_CPU_MULTIVERSION
 void loom_cpu_scale(float *x, float a, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
+    int64_t i = 0;
+#ifdef LOOM_CPU_LANES
+    for (; i + 8 <= n; i += 8) {
+        loom_v8 v;
+        memcpy(&v, x + i, sizeof v);
+        v *= a;
+        memcpy(x + i, &v, sizeof v);
+    }
+#endif
+    for (; i < n; i++)
         x[i] *= a;
 }
 
@@ -398,4 +438,82 @@ void loom_cpu_matmul_view(const loom_host *host, const loom_weight *w,
     }
     for (int64_t t = 0; t < n; t++)
         host->matmul(host, w, x + t * w->cols, loom_view_row_f32(y, t), 1);
+}
+
+/* ---------------------------------------------------------------- prompts */
+
+void loom_cpu_prompt_rows(const loom_round_plan *plan, uint8_t *prompt)
+{
+    memset(prompt, 0, (size_t)plan->n_rows);
+    for (int32_t i = 0; i < plan->n_streams; i++) {
+        const loom_plan_stream *s = &plan->streams[i];
+        if (s->first_spec >= 0 || s->count < LOOM_CPU_PROMPT_MIN_ROWS)
+            continue;
+        for (int32_t k = 0; k < s->count; k++)
+            prompt[loom_plan_row(plan, s, k)] = 1;
+    }
+}
+
+void loom_cpu_matmul_rows(const loom_host *host, const loom_weight *w,
+                          const float *x, float *y, int64_t n,
+                          const uint8_t *prompt)
+{
+    int has = LOOM_HAS_FIELD(host->struct_size, loom_host, matmul_prompt) &&
+              host->matmul_prompt;
+    for (int64_t t0 = 0; t0 < n;) {
+        int p = prompt && prompt[t0];
+        int64_t t1 = t0 + 1;
+        while (t1 < n && (prompt && prompt[t1]) == p)
+            t1++;
+        if (p && has)
+            host->matmul_prompt(host, w, x + t0 * w->cols, y + t0 * w->rows,
+                                t1 - t0);
+        else
+            host->matmul(host, w, x + t0 * w->cols, y + t0 * w->rows, t1 - t0);
+        t0 = t1;
+    }
+}
+
+typedef struct rows_job {
+    float *out;
+    const float *x, *w;
+    int64_t n;
+    float eps;
+} rows_job;
+
+static void LOOM_ABI norm_task(void *ctx, int64_t r0, int64_t r1)
+{
+    const rows_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++)
+        loom_cpu_rmsnorm(j->out + r * j->n, j->x + r * j->n, j->w, j->n,
+                         j->eps);
+}
+
+static void LOOM_ABI add_task(void *ctx, int64_t r0, int64_t r1)
+{
+    const rows_job *j = ctx;
+    loom_cpu_add(j->out + r0 * j->n, j->x + r0 * j->n, (r1 - r0) * j->n);
+}
+
+/* Rows below this run on the caller: a decode round is not worth a wake-up. */
+#define ROWS_PARALLEL 8
+
+void loom_cpu_rmsnorm_rows(const loom_host *host, float *out, const float *x,
+                           const float *w, int64_t rows, int64_t n, float eps)
+{
+    rows_job j = {out, x, w, n, eps};
+    if (rows < ROWS_PARALLEL)
+        norm_task(&j, 0, rows);
+    else
+        host->parallel_for(host, rows, norm_task, &j);
+}
+
+void loom_cpu_add_rows(const loom_host *host, float *y, const float *x,
+                       int64_t rows, int64_t n)
+{
+    rows_job j = {y, x, NULL, n, 0.0f};
+    if (rows < ROWS_PARALLEL)
+        add_task(&j, 0, rows);
+    else
+        host->parallel_for(host, rows, add_task, &j);
 }

@@ -22,6 +22,8 @@ typedef struct loom_host_state {
     struct loom_host_state *root;
     /* The engine's device table (root only), NULL on the CPU. */
     const struct loom_cuda *cuda;
+    /* The matmul kernel sets (loom_mm_isa), read from CPUID once. */
+    int mm_isa, mm_prompt_isa;
 } loom_host_state;
 
 void loom_host_init(loom_host_state *state, loom_pool *pool);

@@ -20,8 +20,10 @@ void loom_matmul(loom_pool *pool, const loom_weight *w, const float *x,
  * multiply-adds); the generic one is the portable fallback. */
 typedef enum loom_mm_isa {
     LOOM_MM_GENERIC = 0,
-    LOOM_MM_AVX2 = 1,  /* AVX2 + FMA + F16C */
-    LOOM_MM_AVX512 = 2 /* AVX-512 F/BW/VL on top */
+    LOOM_MM_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    LOOM_MM_AVX512 = 2, /* AVX-512 F/BW/VL on top */
+    /* AVX512-BF16 on top: prompt chunks only (loom_matmul_prompt) */
+    LOOM_MM_AVX512BF16 = 3
 } loom_mm_isa;
 
 /* The best set this CPU runs; loom_matmul uses it. */
@@ -30,5 +32,31 @@ const char *loom_matmul_isa_name(loom_mm_isa isa);
 /* loom_matmul on set `isa`, or on the best the CPU runs if that is lower. */
 void loom_matmul_on(loom_pool *pool, loom_mm_isa isa, const loom_weight *w,
                     const float *x, float *y, int64_t n_tok);
+
+/* Prompt chunks (host->matmul_prompt): the same product as loom_matmul as a
+ * blocked matrix-matrix kernel (core/src/model/matmul_prompt.c). Each
+ * output is one chain of sums over the columns in order, whatever n_tok,
+ * the pool or the tile it falls in, so a row's result does not depend on
+ * what shares the call; it differs from loom_matmul's within the bound
+ * stated there (BF16 weights on AVX512-BF16 round x to BF16). */
+void loom_matmul_prompt(loom_pool *pool, const loom_weight *w, const float *x,
+                        float *y, int64_t n_tok);
+/* The best set the prompt kernel runs here (up to LOOM_MM_AVX512BF16). */
+loom_mm_isa loom_matmul_prompt_isa(void);
+/* The set loom_matmul_prompt uses: loom_matmul_prompt_isa, AVX-512F
+ * where that is AVX512-BF16 (matmul_prompt.c says why). */
+loom_mm_isa loom_matmul_prompt_default(void);
+/* loom_matmul_prompt on set `isa`, or on the best the CPU runs if lower. */
+void loom_matmul_prompt_on(loom_pool *pool, loom_mm_isa isa,
+                           const loom_weight *w, const float *x, float *y,
+                           int64_t n_tok);
+/* loom_matmul_on and loom_matmul_prompt_on on a set the caller read from
+ * CPUID before (the host table, once): no CPUID per product, which a
+ * virtual machine traps. */
+void loom__matmul_run(loom_pool *pool, loom_mm_isa isa, const loom_weight *w,
+                      const float *x, float *y, int64_t n_tok);
+void loom__matmul_prompt_run(loom_pool *pool, loom_mm_isa isa,
+                             const loom_weight *w, const float *x, float *y,
+                             int64_t n_tok);
 
 #endif

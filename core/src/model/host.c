@@ -238,7 +238,16 @@ static void LOOM_ABI h_parallel_for(const loom_host *h, int64_t n,
 static void LOOM_ABI h_matmul(const loom_host *h, const loom_weight *w,
                               const float *x, float *y, int64_t n_tok)
 {
-    loom_matmul(state_of(h)->pool, w, x, y, n_tok);
+    const loom_host_state *s = state_of(h);
+    loom__matmul_run(s->pool, (loom_mm_isa)s->mm_isa, w, x, y, n_tok);
+}
+
+static void LOOM_ABI h_matmul_prompt(const loom_host *h, const loom_weight *w,
+                                     const float *x, float *y, int64_t n_tok)
+{
+    const loom_host_state *s = state_of(h);
+    loom__matmul_prompt_run(s->pool, (loom_mm_isa)s->mm_prompt_isa, w, x, y,
+                            n_tok);
 }
 
 static void LOOM_ABI h_weight_row(const loom_weight *w, int64_t row, float *out)
@@ -290,6 +299,8 @@ void loom_host_init(loom_host_state *s, loom_pool *pool)
     memset(s, 0, sizeof *s);
     s->pool = pool;
     s->root = s;
+    s->mm_isa = (int)loom_matmul_isa();
+    s->mm_prompt_isa = (int)loom_matmul_prompt_default();
     s->budget[LOOM_MEM_HOST] = INT64_MAX;
     s->budget[LOOM_MEM_DEVICE] = INT64_MAX;
     loom_host *h = &s->host;
@@ -318,6 +329,7 @@ void loom_host_init(loom_host_state *s, loom_pool *pool)
     h->weight_row = h_weight_row;
     h->account = h_account;
     h->cuda = h_cuda;
+    h->matmul_prompt = h_matmul_prompt;
 }
 
 void loom_host_lend(loom_host_state *out, loom_host_state *base,

@@ -610,6 +610,8 @@ loom_mm_isa loom_matmul_isa(void)
 const char *loom_matmul_isa_name(loom_mm_isa isa)
 {
     switch (isa) {
+    case LOOM_MM_AVX512BF16:
+        return "avx512bf16";
     case LOOM_MM_AVX512:
         return "avx512";
     case LOOM_MM_AVX2:
@@ -623,7 +625,13 @@ void loom_matmul_on(loom_pool *pool, loom_mm_isa isa, const loom_weight *w,
                     const float *x, float *y, int64_t n_tok)
 {
     loom_mm_isa best = loom_matmul_isa();
-    struct mm_job j = {w, x, y, n_tok, isa < best ? isa : best};
+    loom__matmul_run(pool, isa < best ? isa : best, w, x, y, n_tok);
+}
+
+void loom__matmul_run(loom_pool *pool, loom_mm_isa isa, const loom_weight *w,
+                      const float *x, float *y, int64_t n_tok)
+{
+    struct mm_job j = {w, x, y, n_tok, isa};
     int64_t n = (w->rows + TILE_ROWS - 1) / TILE_ROWS;
     /* Small products are not worth waking the pool for. */
     if (w->rows * w->cols * n_tok < 32768 || loom_pool_size(pool) == 1) {

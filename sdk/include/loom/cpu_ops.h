@@ -173,6 +173,35 @@ float loom_cpu_load_f32(const void *data, loom_dtype dtype, int64_t i);
 void loom_cpu_matmul_view(const loom_host *host, const loom_weight *w,
                           const float *x, int64_t n, const loom_view *y);
 
+/* ---------------------------------------------------------------- prompts */
+
+/* A stream's rows of a round are a prompt chunk for the linear layers when
+ * it has no speculative row and at least this many rows: they may go
+ * through host->matmul_prompt. Windows, one-row steps and short chunks stay
+ * on host->matmul, whose rows are bit-identical to each other. */
+#define LOOM_CPU_PROMPT_MIN_ROWS 32
+
+struct loom_round_plan; /* loom/round_plan.h */
+
+/* prompt[t] = 1 for round row t of a prompt chunk (above), else 0; prompt
+ * holds plan->n_rows bytes. */
+void loom_cpu_prompt_rows(const struct loom_round_plan *plan, uint8_t *prompt);
+/* y[t] = W x[t] for t < n: each run of consecutive rows with prompt[t] set
+ * through host->matmul_prompt (host->matmul on a host without it), the
+ * other runs through host->matmul. Each kernel's rows do not depend on what
+ * else is in the call, so neither does a stream's result on what shares
+ * its round. prompt NULL: all through host->matmul. */
+void loom_cpu_matmul_rows(const loom_host *host, const loom_weight *w,
+                          const float *x, float *y, int64_t n,
+                          const uint8_t *prompt);
+/* loom_cpu_rmsnorm of each of `rows` rows of n (out may alias x) and
+ * y += x over rows x n, split by rows over host's pool when there are
+ * enough of them (a prompt chunk): each row's bits as the one-thread loop's. */
+void loom_cpu_rmsnorm_rows(const loom_host *host, float *out, const float *x,
+                           const float *w, int64_t rows, int64_t n, float eps);
+void loom_cpu_add_rows(const loom_host *host, float *y, const float *x,
+                       int64_t rows, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -443,6 +443,15 @@ typedef struct loom_host {
     /* The engine's device table when a driver and device were found and the
      * engine runs on it, else NULL. Valid until the engine closes. */
     const struct loom_cuda *(LOOM_ABI *cuda)(const struct loom_host *host);
+
+    /* Since 2.2. matmul for the rows of prompt chunks: a matrix-matrix
+     * kernel whose results differ from matmul's within a bound the core
+     * states (core/src/model/matmul_prompt.c) and do not depend on n_tok,
+     * so windows and one-row steps keep going through matmul. [optional:
+     * a plugin checks LOOM_HAS_FIELD and calls matmul when it is absent] */
+    void(LOOM_ABI *matmul_prompt)(const struct loom_host *host,
+                                  const loom_weight *w, const float *x,
+                                  float *y, int64_t n_tok);
 } loom_host;
 
 /* ---------------------------------------------------------------- rounds */

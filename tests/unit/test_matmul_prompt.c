@@ -1,0 +1,207 @@
+/* The prompt-chunk kernels (loom_matmul_prompt) on every set the CPU runs,
+ * forced through loom_matmul_prompt_on: against a float64 product within
+ * the closed-form bound core/src/model/matmul_prompt.c states, on shapes
+ * that are not multiples of the tiles (rows, columns, tokens), and each
+ * token's row the same bits whatever else is in the call or the pool. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <loom/pool.h>
+#include <loom/weights.h>
+
+#include "testutil.h"
+
+static uint32_t next(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+static float rnd(uint32_t *s)
+{
+    return (float)(next(s) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* A weight of `rows` x `cols` (plain of dtype dt, or 4-bit MLX affine when
+ * bits is 4) with its rows as float32 in ref. */
+typedef struct tw {
+    loom_weight w;
+    float *ref;
+    void *data, *scales, *biases;
+} tw;
+
+static void tw_make(tw *t, loom_dtype dt, int bits, int64_t rows, int64_t cols,
+                    uint32_t *s)
+{
+    memset(t, 0, sizeof *t);
+    t->w.struct_size = sizeof t->w;
+    t->w.rows = rows;
+    t->w.cols = cols;
+    size_t n = (size_t)(rows * cols);
+    t->ref = malloc(n * sizeof(float));
+    if (bits) {
+        int64_t gs = 32, groups = cols / gs;
+        uint32_t *q = malloc(n / 8 * sizeof(uint32_t));
+        float *sc = malloc((size_t)(rows * groups) * sizeof(float));
+        float *bi = malloc((size_t)(rows * groups) * sizeof(float));
+        for (size_t i = 0; i < n / 8; i++)
+            q[i] = next(s) ^ (next(s) << 16);
+        for (int64_t i = 0; i < rows * groups; i++) {
+            sc[i] = rnd(s) * 0.1f;
+            bi[i] = rnd(s) * 0.5f;
+        }
+        t->w.dtype = LOOM_DTYPE_U32;
+        t->w.bits = bits;
+        t->w.group_size = (int32_t)gs;
+        t->w.scale_dtype = LOOM_DTYPE_F32;
+        t->w.data = t->data = q;
+        t->w.scales = t->scales = sc;
+        t->w.biases = t->biases = bi;
+        for (int64_t r = 0; r < rows; r++)
+            loom_weight_row(&t->w, r, t->ref + r * cols);
+        return;
+    }
+    t->w.dtype = dt;
+    if (dt == LOOM_DTYPE_F32) {
+        float *f = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            t->ref[i] = f[i] = rnd(s);
+        t->w.data = t->data = f;
+        return;
+    }
+    uint16_t *h = malloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) {
+        float v = rnd(s);
+        h[i] = dt == LOOM_DTYPE_BF16 ? loom_f32_to_bf16(v) : loom_f32_to_f16(v);
+        t->ref[i] = dt == LOOM_DTYPE_BF16 ? loom_bf16_to_f32(h[i])
+                                          : loom_f16_to_f32(h[i]);
+    }
+    t->w.data = t->data = h;
+}
+
+static void tw_free(tw *t)
+{
+    free(t->ref);
+    free(t->data);
+    free(t->scales);
+    free(t->biases);
+}
+
+/* The bound on |y - exact| / sum_k |w x| for set `isa` on weights of
+ * dtype dt with k columns: g_2k (u = 2^-24) for the float32 chains, plus
+ * 2^-8 (1 + g_2k) where x is rounded to BF16 (AVX512-BF16 on BF16). */
+static double bound(loom_mm_isa isa, loom_dtype dt, int bits, int64_t k)
+{
+    double u = ldexp(1.0, -24), g = 2.0 * (double)k * u;
+    g = g / (1.0 - g);
+    if (isa == LOOM_MM_AVX512BF16 && dt == LOOM_DTYPE_BF16 && !bits)
+        return ldexp(1.0, -8) * (1.0 + g) + g;
+    return g;
+}
+
+static void check(loom_pool *pool, loom_dtype dt, int bits, int64_t rows,
+                  int64_t cols, int64_t n_tok, uint32_t *s)
+{
+    tw t;
+    tw_make(&t, dt, bits, rows, cols, s);
+    float *x = malloc((size_t)(n_tok * cols) * sizeof(float));
+    for (int64_t i = 0; i < n_tok * cols; i++)
+        x[i] = rnd(s);
+    size_t ny = (size_t)(n_tok * rows);
+    float *y = malloc(ny * sizeof(float)), *y1 = malloc(ny * sizeof(float));
+    float *one = malloc((size_t)rows * sizeof(float));
+    for (int isa = 0; isa <= (int)loom_matmul_prompt_isa(); isa++) {
+        const char *name = loom_matmul_isa_name((loom_mm_isa)isa);
+        double b = bound((loom_mm_isa)isa, dt, bits, cols);
+        loom_matmul_prompt_on(pool, (loom_mm_isa)isa, &t.w, x, y, n_tok);
+        for (int64_t k = 0; k < n_tok; k++)
+            for (int64_t r = 0; r < rows; r++) {
+                double ref = 0, mag = 0;
+                for (int64_t c = 0; c < cols; c++) {
+                    double p = (double)t.ref[r * cols + c] * x[k * cols + c];
+                    ref += p;
+                    mag += fabs(p);
+                }
+                double got = y[k * rows + r];
+                ck_assert_msg(fabs(got - ref) <= b * mag + 1e-30,
+                              "%s dtype %d bits %d [%lld x %lld] tok %lld "
+                              "row %lld: %.9g vs %.9g (bound %.3g)",
+                              name, (int)dt, bits, (long long)rows,
+                              (long long)cols, (long long)k, (long long)r, got,
+                              ref, b * mag);
+            }
+        /* alone, and on the caller's thread only: the same bits */
+        for (int64_t k = 0; k < n_tok; k += 1 + n_tok / 5) {
+            loom_matmul_prompt_on(NULL, (loom_mm_isa)isa, &t.w, x + k * cols,
+                                  one, 1);
+            ck_assert_msg(
+                memcmp(one, y + k * rows, (size_t)rows * sizeof(float)) == 0,
+                "%s: token %lld alone differs", name, (long long)k);
+        }
+        loom_matmul_prompt_on(NULL, (loom_mm_isa)isa, &t.w, x, y1, n_tok);
+        ck_assert_msg(memcmp(y, y1, ny * sizeof(float)) == 0,
+                      "%s: the pool changes the bits", name);
+    }
+    free(x);
+    free(y);
+    free(y1);
+    free(one);
+    tw_free(&t);
+}
+
+START_TEST(prompt_kernels_within_bound_on_odd_shapes)
+{
+    loom_pool *pool = NULL;
+    loom_err err;
+    ck_assert_int_eq(loom_pool_new(3, &pool, &err), LOOM_OK);
+    uint32_t s = 7;
+    static const int64_t rows[] = {1, 5, 7, 13, 50};
+    static const int64_t cols[] = {1, 2, 17, 33, 300};
+    static const int64_t toks[] = {1, 3, 17, 40, 70};
+    static const loom_dtype dts[] = {LOOM_DTYPE_BF16, LOOM_DTYPE_F16,
+                                     LOOM_DTYPE_F32};
+    for (int d = 0; d < 3; d++)
+        for (int i = 0; i < 5; i++)
+            for (int j = 0; j < 5; j++)
+                check(pool, dts[d], 0, rows[i], cols[j], toks[(i + j) % 5], &s);
+    /* past one column block (KC) and one chunk of tiles, odd widths */
+    check(pool, LOOM_DTYPE_BF16, 0, 101, 261, 35, &s);
+    check(pool, LOOM_DTYPE_F32, 0, 53, 385, 66, &s);
+    /* MLX 4-bit: groups of 32 */
+    check(pool, LOOM_DTYPE_U32, 4, 29, 96, 19, &s);
+    loom_pool_free(pool);
+}
+END_TEST
+
+START_TEST(prompt_isa_follows_the_decode_isa)
+{
+    loom_mm_isa d = loom_matmul_isa(), p = loom_matmul_prompt_isa();
+    /* the prompt kernels add AVX512-BF16 on top of AVX-512, nothing else */
+    ck_assert(p == d || (d == LOOM_MM_AVX512 && p == LOOM_MM_AVX512BF16));
+    ck_assert_str_eq(loom_matmul_isa_name(LOOM_MM_AVX512BF16), "avx512bf16");
+    /* asking for more than the CPU runs gives what the default runs at most */
+    uint32_t s = 5;
+    tw t;
+    tw_make(&t, LOOM_DTYPE_BF16, 0, 20, 64, &s);
+    float x[3 * 64], y0[60], y1[60];
+    for (int i = 0; i < 3 * 64; i++)
+        x[i] = rnd(&s);
+    loom_matmul_prompt_on(NULL, p, &t.w, x, y0, 3);
+    loom_matmul_prompt_on(NULL, (loom_mm_isa)(LOOM_MM_AVX512BF16 + 1), &t.w, x,
+                          y1, 3);
+    ck_assert_int_eq(memcmp(y0, y1, sizeof y0), 0);
+    tw_free(&t);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("matmul_prompt");
+    TCase *tc = tcase_create("matmul_prompt");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, prompt_kernels_within_bound_on_odd_shapes);
+    tcase_add_test(tc, prompt_isa_follows_the_decode_isa);
+    suite_add_tcase(s, tc);
+    return run_suite(s);
+}
