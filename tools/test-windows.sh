@@ -36,12 +36,12 @@ t_deps0=$(date +%s)
 "$here/tools/build-windows-deps.sh" "$wdir"
 t_build0=$(date +%s)
 echo "== windows: configure and build ($wdir)"
-# LOOM_CUDA=OFF: the plugins' and the core's CPU path alone. The fatbins'
-# .incbin embedding is written for ELF and Mach-O, and Wine has no GPU to
-# run them on; on Windows the runtime still opens nvcuda.dll and, without
-# one, says why it chose the CPU.
+# The CUDA fatbins (nvcc on this machine, when it has one) are embedded in
+# the PE DLLs as in the ELF ones: the same bytes as the Linux build's. Wine
+# has no GPU to run them on; on Windows the runtime opens nvcuda.dll and,
+# without one, says why it chose the CPU.
 cmake -S "$here" -B "$wdir" -DCMAKE_TOOLCHAIN_FILE="$here/cmake/mingw-w64.cmake" \
-  -DLOOM_WINDOWS_DEPS="$wdir/deps/prefix" -DLOOM_WERROR=ON -DLOOM_CUDA=OFF \
+  -DLOOM_WINDOWS_DEPS="$wdir/deps/prefix" -DLOOM_WERROR=ON -DLOOM_CUDA=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$wdir" -j"$jobs" >"$wdir/build.log" 2>&1 || { tail -40 "$wdir/build.log"; exit 1; }
 t_test0=$(date +%s)
