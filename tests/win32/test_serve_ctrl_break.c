@@ -25,10 +25,37 @@ static const char *wine_version(void)
     return get();
 }
 
-/* Ctrl-C reaches us too (the child shares our group): we keep running */
+/* Ctrl-C reaches us too (loom serve shares our group): we keep running */
 static BOOL WINAPI ignore_ctrl(DWORD type)
 {
     return type == CTRL_C_EVENT;
+}
+
+/* --ctrl-c: runs this program again as the leader of a new process group
+ * (--ctrl-c-group), where the test runs, so that the Ctrl-C it sends to its
+ * group reaches that group alone (group 0 would be every process on the
+ * console; under Wine it reached other tests' processes too). */
+static int run_as_group_leader(void)
+{
+    wchar_t self[MAX_PATH], cmd[MAX_PATH + 32];
+    if (!GetModuleFileNameW(NULL, self, MAX_PATH))
+        return 1;
+    swprintf(cmd, MAX_PATH + 32, L"\"%ls\" --ctrl-c-group", self);
+    STARTUPINFOW si;
+    memset(&si, 0, sizeof si);
+    si.cb = sizeof si;
+    PROCESS_INFORMATION pi;
+    if (!CreateProcessW(NULL, cmd, NULL, NULL, TRUE, CREATE_NEW_PROCESS_GROUP,
+                        NULL, NULL, &si, &pi)) {
+        fprintf(stderr, "FAIL: CreateProcess %ls\n", cmd);
+        return 1;
+    }
+    DWORD code = 1;
+    WaitForSingleObject(pi.hProcess, INFINITE);
+    GetExitCodeProcess(pi.hProcess, &code);
+    CloseHandle(pi.hThread);
+    CloseHandle(pi.hProcess);
+    return (int)code;
 }
 
 static int fail(const char *what)
@@ -101,8 +128,16 @@ static char *complete(int port)
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "--ctrl-c") == 0)
+        return run_as_group_leader();
     int send_break = strcmp(mode, "--no-break") != 0;
-    int ctrl_c = strcmp(mode, "--ctrl-c") == 0;
+    int ctrl_c = strcmp(mode, "--ctrl-c-group") == 0;
+    if (ctrl_c) {
+        /* a new group starts with Ctrl-C ignored; loom serve inherits
+         * this, so turn it back on, and ignore it here with a handler */
+        SetConsoleCtrlHandler(NULL, FALSE);
+        SetConsoleCtrlHandler(ignore_ctrl, TRUE);
+    }
     /* the child must share a console with us to get our event */
     if (send_break && !GetConsoleWindow())
         AllocConsole();
@@ -129,13 +164,11 @@ int main(int argc, char **argv)
     si.hStdError = GetStdHandle(STD_ERROR_HANDLE);
     PROCESS_INFORMATION pi;
     /* Ctrl-Break: its own process group, so the event goes to it alone.
-     * Ctrl-C: a new group would ignore it, so ours, and we ignore it. */
+     * Ctrl-C: ours (we lead a group of our own), where it is not ignored. */
     DWORD flags = ctrl_c ? 0 : CREATE_NEW_PROCESS_GROUP;
     if (!CreateProcessW(NULL, cmd, NULL, NULL, TRUE, flags, NULL, NULL, &si,
                         &pi))
         return fail("CreateProcess loom serve");
-    if (ctrl_c)
-        SetConsoleCtrlHandler(ignore_ctrl, TRUE);
     DWORD event = ctrl_c ? CTRL_C_EVENT : CTRL_BREAK_EVENT;
     const char *event_name = ctrl_c ? "Ctrl-C" : "Ctrl-Break";
     CloseHandle(wr);
@@ -159,7 +192,8 @@ int main(int argc, char **argv)
     if (!send_break) {
         TerminateProcess(pi.hProcess, 0);
         WaitForSingleObject(pi.hProcess, 30000);
-    } else if (!GenerateConsoleCtrlEvent(event, ctrl_c ? 0 : pi.dwProcessId)) {
+    } else if (!GenerateConsoleCtrlEvent(event, ctrl_c ? GetCurrentProcessId()
+                                                       : pi.dwProcessId)) {
         DWORD e = GetLastError();
         const char *wine = wine_version();
         TerminateProcess(pi.hProcess, 3);
