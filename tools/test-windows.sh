@@ -56,21 +56,20 @@ if [ ! -d "$WINEPREFIX" ]; then
   "$(dirname "$wine")/wineserver" -w 2>/dev/null || wineserver -w 2>/dev/null || sleep 20
 fi
 
-# One wineserver for the whole run: left to itself it exits 3 s after its
-# last client, and a client starting just then fails ("wine client error:
-# recvmsg: Connection reset by peer"), seen once between two tests.
-wineserver=$(dirname "$wine")/wineserver
-[ -x "$wineserver" ] || wineserver=wineserver
-"$wineserver" -p 2>/dev/null || true
-
 pass=0 fail=0 skip=0
 failed=() skipped=()
 echo "== windows: ctest under $wine (unit suites, CLI tests, serve)"
 set +e
-(cd "$wdir" && ctest -j"$jobs" --timeout 900 --output-on-failure >"$wdir/ctest.log" 2>&1)
+# A failed test runs once more: now and then (about one test in 60 per run,
+# on a loaded machine) a Wine process fails as it starts, "wine client
+# error:0: recvmsg: Connection reset by peer" or a hang before main, in a
+# test that passes alone; a test that fails twice is reported failed.
+(cd "$wdir" && ctest -j"$jobs" --timeout 900 --repeat until-pass:2 --output-on-failure >"$wdir/ctest.log" 2>&1)
 set -e
 grep -E "Test +#" "$wdir/ctest.log" || true
-while read -r name status; do
+retried=()
+while read -r name status runs; do
+  [ "${runs:-1}" -gt 1 ] && [ "$status" = Passed ] && retried+=("$name")
   case $status in
     Passed) pass=$((pass + 1)) ;;
     Skipped) skip=$((skip + 1))
@@ -82,7 +81,10 @@ while read -r name status; do
       skipped+=("$name: ${why:-(no reason printed)}") ;;
     *) fail=$((fail + 1)); failed+=("$name") ;;
   esac
-done < <(sed -n -E 's/.*Test +#[0-9]+: ([A-Za-z0-9_]+) \.*[* ]*(Passed|Failed|Skipped|Not Run|Timeout|Exception).*/\1 \2/p' "$wdir/ctest.log" | sed 's/\*//g')
+done < <(sed -n -E 's/.*Test +#[0-9]+: ([A-Za-z0-9_]+) \.*[* ]*(Passed|Failed|Skipped|Not Run|Timeout|Exception).*/\1 \2/p' "$wdir/ctest.log" | sed 's/\*//g' |
+  # a test run twice (--repeat) counts by its last run
+  awk '!($1 in st) { order[++n] = $1 } { st[$1] = $2; runs[$1]++ }
+       END { for (i = 1; i <= n; i++) print order[i], st[order[i]], runs[order[i]] }')
 if [ $fail -gt 0 ]; then
   sed -n '/The following tests FAILED/,$p' "$wdir/ctest.log"
   grep -B5 -A30 -E "\*\*\*Failed|Timeout" "$wdir/ctest.log" | head -200
@@ -153,13 +155,13 @@ for s in "$here"/tests/gpu/test_*.c; do
 done
 
 # this prefix's wineserver goes away before we do
-"$wineserver" -k 2>/dev/null || true
-"$wineserver" -w 2>/dev/null || true
+"$(dirname "$wine")/wineserver" -w 2>/dev/null || true
 
 t_end=$(date +%s)
 echo "== windows: summary"
 for s in "${skipped[@]}"; do echo "skipped: $s"; done
 for f in "${failed[@]}"; do echo "failed: $f"; done
+for r in "${retried[@]}"; do echo "passed at its second run: $r"; done
 echo "windows (wine): $pass passed, $fail failed, $skip skipped"
 echo "windows: timings: tools $((t_deps0 - t_start)) s, deps $((t_build0 - t_deps0)) s, build $((t_test0 - t_build0)) s, tests $((t_end - t_test0)) s, total $((t_end - t_start)) s"
 [ $fail -eq 0 ]

@@ -31,10 +31,12 @@ static BOOL WINAPI ignore_ctrl(DWORD type)
     return type == CTRL_C_EVENT;
 }
 
-/* --ctrl-c: runs this program again as the leader of a new process group
- * (--ctrl-c-group), where the test runs, so that the Ctrl-C it sends to its
- * group reaches that group alone (group 0 would be every process on the
- * console; under Wine it reached other tests' processes too). */
+/* --ctrl-c: runs this program again (--ctrl-c-group), where the test runs,
+ * so that its Ctrl-C reaches that program and loom serve alone. Windows
+ * delivers CTRL_C_EVENT only to group 0, every process on the console:
+ * there the program gets a console of its own (no window). Wine delivers
+ * it to a group too (and only with a terminal makes a console): there the
+ * program leads a new group. */
 static int run_as_group_leader(void)
 {
     wchar_t self[MAX_PATH], cmd[MAX_PATH + 32];
@@ -44,9 +46,14 @@ static int run_as_group_leader(void)
     STARTUPINFOW si;
     memset(&si, 0, sizeof si);
     si.cb = sizeof si;
+    si.dwFlags = STARTF_USESTDHANDLES;
+    si.hStdInput = GetStdHandle(STD_INPUT_HANDLE);
+    si.hStdOutput = GetStdHandle(STD_OUTPUT_HANDLE);
+    si.hStdError = GetStdHandle(STD_ERROR_HANDLE);
+    DWORD flags = wine_version() ? CREATE_NEW_PROCESS_GROUP : CREATE_NO_WINDOW;
     PROCESS_INFORMATION pi;
-    if (!CreateProcessW(NULL, cmd, NULL, NULL, TRUE, CREATE_NEW_PROCESS_GROUP,
-                        NULL, NULL, &si, &pi)) {
+    if (!CreateProcessW(NULL, cmd, NULL, NULL, TRUE, flags, NULL, NULL, &si,
+                        &pi)) {
         fprintf(stderr, "FAIL: CreateProcess %ls\n", cmd);
         return 1;
     }
@@ -56,6 +63,14 @@ static int run_as_group_leader(void)
     CloseHandle(pi.hThread);
     CloseHandle(pi.hProcess);
     return (int)code;
+}
+
+/* The group the event goes to (run_as_group_leader says why). */
+static DWORD ctrl_target(int ctrl_c, DWORD serve_pid)
+{
+    if (!ctrl_c)
+        return serve_pid;
+    return wine_version() ? GetCurrentProcessId() : 0;
 }
 
 static int fail(const char *what)
@@ -133,8 +148,8 @@ int main(int argc, char **argv)
     int send_break = strcmp(mode, "--no-break") != 0;
     int ctrl_c = strcmp(mode, "--ctrl-c-group") == 0;
     if (ctrl_c) {
-        /* a new group starts with Ctrl-C ignored; loom serve inherits
-         * this, so turn it back on, and ignore it here with a handler */
+        /* a new group starts with Ctrl-C ignored, and loom serve would
+         * inherit that: turn it back on, and ignore it here by a handler */
         SetConsoleCtrlHandler(NULL, FALSE);
         SetConsoleCtrlHandler(ignore_ctrl, TRUE);
     }
@@ -164,7 +179,7 @@ int main(int argc, char **argv)
     si.hStdError = GetStdHandle(STD_ERROR_HANDLE);
     PROCESS_INFORMATION pi;
     /* Ctrl-Break: its own process group, so the event goes to it alone.
-     * Ctrl-C: ours (we lead a group of our own), where it is not ignored. */
+     * Ctrl-C: ours (see run_as_group_leader), where it is not ignored. */
     DWORD flags = ctrl_c ? 0 : CREATE_NEW_PROCESS_GROUP;
     if (!CreateProcessW(NULL, cmd, NULL, NULL, TRUE, flags, NULL, NULL, &si,
                         &pi))
@@ -192,8 +207,8 @@ int main(int argc, char **argv)
     if (!send_break) {
         TerminateProcess(pi.hProcess, 0);
         WaitForSingleObject(pi.hProcess, 30000);
-    } else if (!GenerateConsoleCtrlEvent(event, ctrl_c ? GetCurrentProcessId()
-                                                       : pi.dwProcessId)) {
+    } else if (!GenerateConsoleCtrlEvent(event,
+                                         ctrl_target(ctrl_c, pi.dwProcessId))) {
         DWORD e = GetLastError();
         const char *wine = wine_version();
         TerminateProcess(pi.hProcess, 3);
