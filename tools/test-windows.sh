@@ -36,12 +36,12 @@ t_deps0=$(date +%s)
 "$here/tools/build-windows-deps.sh" "$wdir"
 t_build0=$(date +%s)
 echo "== windows: configure and build ($wdir)"
-# LOOM_CUDA=OFF: the plugins' and the core's CPU path alone. The fatbins'
-# .incbin embedding is written for ELF and Mach-O, and Wine has no GPU to
-# run them on; on Windows the runtime still opens nvcuda.dll and, without
-# one, says why it chose the CPU.
+# The CUDA fatbins (nvcc on this machine, when it has one) are embedded in
+# the PE DLLs as in the ELF ones: the same bytes as the Linux build's. Wine
+# has no GPU to run them on; on Windows the runtime opens nvcuda.dll and,
+# without one, says why it chose the CPU.
 cmake -S "$here" -B "$wdir" -DCMAKE_TOOLCHAIN_FILE="$here/cmake/mingw-w64.cmake" \
-  -DLOOM_WINDOWS_DEPS="$wdir/deps/prefix" -DLOOM_WERROR=ON -DLOOM_CUDA=OFF \
+  -DLOOM_WINDOWS_DEPS="$wdir/deps/prefix" -DLOOM_WERROR=ON -DLOOM_CUDA=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$wdir" -j"$jobs" >"$wdir/build.log" 2>&1 || { tail -40 "$wdir/build.log"; exit 1; }
 t_test0=$(date +%s)
@@ -60,10 +60,16 @@ pass=0 fail=0 skip=0
 failed=() skipped=()
 echo "== windows: ctest under $wine (unit suites, CLI tests, serve)"
 set +e
-(cd "$wdir" && ctest -j"$jobs" --timeout 900 --output-on-failure >"$wdir/ctest.log" 2>&1)
+# A failed test runs once more: now and then (about one test in 60 per run,
+# on a loaded machine) a Wine process fails as it starts, "wine client
+# error:0: recvmsg: Connection reset by peer" or a hang before main, in a
+# test that passes alone; a test that fails twice is reported failed.
+(cd "$wdir" && ctest -j"$jobs" --timeout 900 --repeat until-pass:2 --output-on-failure >"$wdir/ctest.log" 2>&1)
 set -e
 grep -E "Test +#" "$wdir/ctest.log" || true
-while read -r name status; do
+retried=()
+while read -r name status runs; do
+  [ "${runs:-1}" -gt 1 ] && [ "$status" = Passed ] && retried+=("$name")
   case $status in
     Passed) pass=$((pass + 1)) ;;
     Skipped) skip=$((skip + 1))
@@ -75,7 +81,10 @@ while read -r name status; do
       skipped+=("$name: ${why:-(no reason printed)}") ;;
     *) fail=$((fail + 1)); failed+=("$name") ;;
   esac
-done < <(sed -n -E 's/.*Test +#[0-9]+: ([A-Za-z0-9_]+) \.*[* ]*(Passed|Failed|Skipped|Not Run|Timeout|Exception).*/\1 \2/p' "$wdir/ctest.log" | sed 's/\*//g')
+done < <(sed -n -E 's/.*Test +#[0-9]+: ([A-Za-z0-9_]+) \.*[* ]*(Passed|Failed|Skipped|Not Run|Timeout|Exception).*/\1 \2/p' "$wdir/ctest.log" | sed 's/\*//g' |
+  # a test run twice (--repeat) counts by its last run
+  awk '!($1 in st) { order[++n] = $1 } { st[$1] = $2; runs[$1]++ }
+       END { for (i = 1; i <= n; i++) print order[i], st[order[i]], runs[order[i]] }')
 if [ $fail -gt 0 ]; then
   sed -n '/The following tests FAILED/,$p' "$wdir/ctest.log"
   grep -B5 -A30 -E "\*\*\*Failed|Timeout" "$wdir/ctest.log" | head -200
@@ -93,31 +102,37 @@ if [ -x "$ldir/loom" ]; then
     q=$here/tests/fixtures/models/$m
     flat=$(tr -d ' \n' <"$q/golden.json")
     ids=$(echo "$flat" | sed -n 's/.*"prompt_ids":\[\([0-9,]*\)\].*/\1/p')
-    "$ldir/loom" logits "$q" --ids "$ids" --out "$tmp/$m.linux.f32" --threads 2 2>/dev/null
-    "$wine" "$wdir/loom.exe" logits "$q" --ids "$ids" --out "$tmp/$m.win.f32" --threads 2 2>/dev/null
-    if cmp -s "$tmp/$m.linux.f32" "$tmp/$m.win.f32"; then
-      check "$m: logits identical to the Linux build's" true
-    else
-      # not bit-identical: the C libraries' expf/logf/powf/tanhf round
-      # differently (glibc vs mingw-w64/msvcrt); the greedy token of every
-      # position must agree and the difference stay below 1e-5 of max|logit|
-      res=$(python3 - "$tmp/$m.win.f32" "$tmp/$m.linux.f32" <<'PY'
+    # Equal to the last bit: the CPU path's elementary functions are the
+    # SDK's own (loom/cpu_math.h), not the C library's, and no FMA
+    # contraction; the same thread count gives the same order of sums.
+    for t in 1 2; do
+      "$ldir/loom" logits "$q" --ids "$ids" --out "$tmp/$m.t$t.linux.f32" --threads $t 2>/dev/null
+      "$wine" "$wdir/loom.exe" logits "$q" --ids "$ids" --out "$tmp/$m.t$t.win.f32" --threads $t 2>/dev/null
+      if [ -s "$tmp/$m.t$t.linux.f32" ] && cmp -s "$tmp/$m.t$t.linux.f32" "$tmp/$m.t$t.win.f32"; then
+        check "$m: logits identical to the Linux build's ($t threads)" true
+      else
+        # say how far apart they are, for the report
+        python3 - "$tmp/$m.t$t.win.f32" "$tmp/$m.t$t.linux.f32" <<'PY' || true
 import struct, sys
 a, b = (open(p, "rb").read() for p in sys.argv[1:3])
 if len(a) != len(b) or not a:
-    print("sizes differ 1 0"); sys.exit()
+    print("sizes differ: %d and %d bytes" % (len(a), len(b))); sys.exit()
 a = struct.unpack("<%df" % (len(a) // 4), a)
 b = struct.unpack("<%df" % (len(b) // 4), b)
-ref = max(abs(y) for y in b)
-rel = max(abs(x - y) for x, y in zip(a, b)) / ref
-print("rel %.3g %d" % (rel, 1 if rel <= 1e-5 else 0))
+d = [abs(x - y) for x, y in zip(a, b)]
+print("%d of %d logits differ, by up to %.3g" % (sum(1 for x in d if x), len(d), max(d)))
 PY
-)
-      check "$m: logits within 1e-5 of the Linux build's (${res% *})" '[ "${res##* }" = 1 ]'
-    fi
+        check "$m: logits identical to the Linux build's ($t threads)" false
+      fi
+    done
     lin=$("$ldir/loom" run "$q" --ids "$ids" -n 16 --temperature 0 --ignore-eos --print-ids --threads 2 2>/dev/null)
     win=$("$wine" "$wdir/loom.exe" run "$q" --ids "$ids" -n 16 --temperature 0 --ignore-eos --print-ids --threads 2 2>/dev/null | tr -d '\r')
     check "$m: 16 greedy tokens equal to the Linux build's" '[ -n "$lin" ] && [ "$lin" = "$win" ]'
+    # sampled: the keyed Gumbel draw's logarithms are the SDK's too
+    samp=(-n 16 --temperature 0.9 --top-p 0.95 --seed 1234 --ignore-eos --print-ids --threads 2)
+    lin=$("$ldir/loom" run "$q" --ids "$ids" "${samp[@]}" 2>/dev/null)
+    win=$("$wine" "$wdir/loom.exe" run "$q" --ids "$ids" "${samp[@]}" 2>/dev/null | tr -d '\r')
+    check "$m: 16 sampled tokens (seed 1234) equal to the Linux build's" '[ -n "$lin" ] && [ "$lin" = "$win" ]'
   done
 else
   skip=$((skip + 1))
@@ -146,6 +161,7 @@ t_end=$(date +%s)
 echo "== windows: summary"
 for s in "${skipped[@]}"; do echo "skipped: $s"; done
 for f in "${failed[@]}"; do echo "failed: $f"; done
+for r in "${retried[@]}"; do echo "passed at its second run: $r"; done
 echo "windows (wine): $pass passed, $fail failed, $skip skipped"
 echo "windows: timings: tools $((t_deps0 - t_start)) s, deps $((t_build0 - t_deps0)) s, build $((t_test0 - t_build0)) s, tests $((t_end - t_test0)) s, total $((t_end - t_start)) s"
 [ $fail -eq 0 ]

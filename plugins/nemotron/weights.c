@@ -89,7 +89,7 @@ static loom_status bind_mamba(bind_ctx *b, int i, nem_layer *L)
 #undef P
     /* A = -exp(A_log), once, in float32 as the kernels do */
     for (int h = 0; h < g->m_heads; h++)
-        L->A[h] = -expf(L->A[h]);
+        L->A[h] = -loom_cpu_expf(L->A[h]);
     return LOOM_OK;
 }
 

@@ -234,7 +234,7 @@ static void LOOM_ABI q35_gdn_gate_task(void *ctx, int64_t begin, int64_t end)
             for (int64_t h = 0; h < Hv; h++) {
                 float a = s->a[t * Hv + h] + j->L->dt_bias[h];
                 s->decay[t * Hv + h] =
-                    expf(j->L->neg_a[h] * loom_cpu_softplus(a));
+                    loom_cpu_expf(j->L->neg_a[h] * loom_cpu_softplus(a));
                 s->beta[t * Hv + h] = loom_cpu_sigmoid(s->b[t * Hv + h]);
             }
             int32_t li = loom_window_index(st, k);

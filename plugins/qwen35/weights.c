@@ -149,7 +149,7 @@ static loom_status q35_bind_gdn(const q35_binder *b, const q35_geometry *g,
     if ((st = q35_vec(b, n, Hv, &L->neg_a)))
         return st;
     for (int64_t i = 0; i < Hv; i++)
-        L->neg_a[i] = -expf(L->neg_a[i]);
+        L->neg_a[i] = -loom_cpu_expf(L->neg_a[i]);
     snprintf(n, sizeof n, "%slinear_attn.dt_bias", lp);
     if ((st = q35_vec(b, n, Hv, &L->dt_bias)))
         return st;

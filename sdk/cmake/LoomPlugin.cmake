@@ -93,6 +93,13 @@ function(loom_add_fatbin target prefix)
       set(sym "_")
       set(sect ".const_data")
       set(hide ".private_extern")
+    elseif(WIN32)
+      # mingw-w64 (PE/COFF): read-only data in .rdata. COFF has no hidden
+      # visibility (the .hidden lines become assembler comments) and needs
+      # none: a DLL exports only what is marked dllexport (LOOM_EXPORT)
+      set(sym "")
+      set(sect ".section .rdata,\\\"dr\\\"")
+      set(hide "#")
     else()
       set(sym "")
       set(sect ".section .rodata")

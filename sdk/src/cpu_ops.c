@@ -96,14 +96,12 @@ void loom_cpu_add(float *y, const float *x, int64_t n)
 
 void loom_cpu_silu_inplace(float *x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
-        x[i] = loom_cpu_silu(x[i]);
+    loom_cpu_silu_n(x, x, n);
 }
 
 void loom_cpu_swiglu(float *a, const float *b, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
-        a[i] = loom_cpu_silu(a[i]) * b[i];
+    loom_cpu_swiglu_n(a, b, n);
 }
 
 void loom_cpu_relu2_inplace(float *x, int64_t n)
@@ -176,11 +174,12 @@ void loom_cpu_softmax(float *x, int64_t n)
     for (int64_t i = 1; i < n; i++)
         if (x[i] > m)
             m = x[i];
+    for (int64_t i = 0; i < n; i++)
+        x[i] -= m;
+    loom_cpu_expf_n(x, x, n);
     double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = expf(x[i] - m);
+    for (int64_t i = 0; i < n; i++)
         sum += x[i];
-    }
     float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n; i++)
         x[i] *= inv;
@@ -193,7 +192,7 @@ void loom_cpu_rope_inv_freq(float *inv_freq, int64_t rot_dim, double theta)
     for (int64_t i = 0; i < rot_dim / 2; i++) {
         /* torch: 1.0 / base ** (arange(0, dim, 2).float() / dim), float32 */
         float e = (float)(2 * i) / (float)rot_dim;
-        inv_freq[i] = (float)(1.0 / (double)powf((float)theta, e));
+        inv_freq[i] = (float)(1.0 / (double)loom_cpu_powf((float)theta, e));
     }
 }
 
@@ -203,7 +202,7 @@ void loom_cpu_rope_neox(float *x, int64_t n_heads, int64_t head_dim,
     int64_t half = rot_dim / 2;
     for (int64_t i = 0; i < half; i++) {
         float ang = (float)pos * inv_freq[i];
-        float c = cosf(ang), s = sinf(ang);
+        float c = loom_cpu_cosf(ang), s = loom_cpu_sinf(ang);
         for (int64_t h = 0; h < n_heads; h++) {
             float *xh = x + h * head_dim;
             float a = xh[i], b = xh[i + half];
@@ -219,7 +218,7 @@ void loom_cpu_rope_interleaved(float *x, int64_t n_heads, int64_t head_dim,
 {
     for (int64_t i = 0; i < rot_dim / 2; i++) {
         float ang = (float)pos * inv_freq[i];
-        float c = cosf(ang), s = sinf(ang);
+        float c = loom_cpu_cosf(ang), s = loom_cpu_sinf(ang);
         for (int64_t h = 0; h < n_heads; h++) {
             float *xh = x + h * head_dim;
             float a = xh[2 * i], b = xh[2 * i + 1];
@@ -335,13 +334,13 @@ void loom_cpu_attend_head_blocked(float *out, const float *q, const float *k,
         }
         if (bm > m) {
             /* rescale what was accumulated under the old maximum */
-            float r = expf(m - bm);
+            float r = loom_cpu_expf(m - bm);
             sum *= r;
             loom_cpu_scale(out, r, head_dim);
             m = bm;
         }
         for (int64_t j = 0; j < nb; j++) {
-            float e = expf(sc[j] - m);
+            float e = loom_cpu_expf(sc[j] - m);
             sum += e;
             loom_cpu_axpy(out, e, v + (p0 + j) * stride, head_dim);
         }

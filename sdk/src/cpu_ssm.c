@@ -9,7 +9,7 @@ void loom_cpu_ssm_step(float *state, const float *x, const float *B,
                        const float *C, float dt, float A, float D, float *y,
                        int64_t P, int64_t N)
 {
-    float dA = expf(dt * A);
+    float dA = loom_cpu_expf(dt * A);
     for (int64_t p = 0; p < P; p++) {
         float *s = state + p * N;
         float xp = x[p];
@@ -28,7 +28,7 @@ void loom_cpu_rmsnorm_group_gated(float *out, const float *x, const float *z,
         double ss = 0.0;
         for (int64_t i = g0; i < g0 + group; i++) {
             float zi = z[i];
-            float h = x[i] * (zi / (1.0f + expf(-zi)));
+            float h = x[i] * loom_cpu_silu(zi);
             out[i] = h;
             ss += (double)h * h;
         }

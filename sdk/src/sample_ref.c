@@ -3,6 +3,8 @@
 #include <loom/sample_ref.h>
 
 #include <math.h>
+
+#include <loom/cpu_math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +46,7 @@ uint64_t loom_sample_bits(uint64_t seed, int32_t position, int32_t token)
 static double gumbel_of_bits(uint64_t b53)
 {
     double u = ((double)b53 + 0.5) * (1.0 / 9007199254740992.0);
-    return -log(-log(u));
+    return -loom_cpu_log(-loom_cpu_log(u));
 }
 
 double loom_sample_gumbel(uint64_t seed, int32_t position, int32_t token)
@@ -79,7 +81,8 @@ int32_t loom_sample_draw(const float *logits, int32_t vocab, uint64_t seed,
                                        6,   8, 12,  16, 24, 36};
     uint64_t uk[N_PRUNE];
     for (int i = 0; i < N_PRUNE; i++)
-        uk[i] = (uint64_t)(exp(-exp(-dk[i])) * 9007199254740992.0) -
+        uk[i] = (uint64_t)(loom_cpu_exp(-loom_cpu_exp(-dk[i])) *
+                           9007199254740992.0) -
                 ((uint64_t)1 << 20);
     int32_t a = -1;
     for (int32_t t = 0; t < vocab; t++)
@@ -177,7 +180,7 @@ static double bucket_fill(const float *logits, int32_t vocab, float mx,
         int b = bucket_of(mx, logits[t]);
         bk->count[b]++;
         if (want_mass) {
-            double e = exp((double)logits[t] - mx);
+            double e = loom_cpu_exp((double)logits[t] - mx);
             bk->mass[b] += e;
             z += e;
         }
@@ -231,7 +234,7 @@ static void mask_top_p(float *logits, int32_t vocab, float p, scored *buf,
         }
         int32_t m = bucket_sorted(logits, vocab, mx, b, buf);
         for (int32_t i = 0; i < m; i++) {
-            cum += exp((double)buf[i].v - mx);
+            cum += loom_cpu_exp((double)buf[i].v - mx);
             if (cum >= want || i == m - 1) {
                 /* rounding may leave the last bucket short: keep it all */
                 mask_after(logits, vocab, buf[i]);
@@ -298,7 +301,7 @@ void loom_sample_mask_min_p(float *logits, int32_t vocab, float min_p)
     if (!(min_p > 0.0f))
         return;
     float mx = max_finite(logits, vocab);
-    double thr = (double)mx + log((double)min_p);
+    double thr = (double)mx + loom_cpu_log((double)min_p);
     for (int32_t t = 0; t < vocab; t++)
         if (logits[t] > -INFINITY && (double)logits[t] < thr)
             logits[t] = -INFINITY;

@@ -11,9 +11,20 @@ target_link_libraries(test_serve_ctrl_break PRIVATE loomcore)
 target_compile_definitions(test_serve_ctrl_break PRIVATE
   LOOM_FIXTURES="${LOOM_WIN_FIXTURES}" LOOM_EXE="$<TARGET_FILE:loom>")
 add_test(NAME win_serve_completion COMMAND test_serve_ctrl_break --no-break)
-add_test(NAME win_serve_ctrl_break COMMAND test_serve_ctrl_break)
-set_tests_properties(win_serve_completion win_serve_ctrl_break PROPERTIES
-  TIMEOUT 300 SKIP_RETURN_CODE 77)
+# Under Wine the console events need a console, which Wine makes when a
+# terminal is on stdin (script(1) gives one; with-console.sh).
+find_program(LOOM_SCRIPT script)
+if(CMAKE_CROSSCOMPILING_EMULATOR AND LOOM_SCRIPT)
+  set(with_console ${CMAKE_CURRENT_LIST_DIR}/with-console.sh
+    ${CMAKE_CROSSCOMPILING_EMULATOR} $<TARGET_FILE:test_serve_ctrl_break>)
+  add_test(NAME win_serve_ctrl_break COMMAND ${with_console})
+  add_test(NAME win_serve_ctrl_c COMMAND ${with_console} --ctrl-c)
+else()
+  add_test(NAME win_serve_ctrl_break COMMAND test_serve_ctrl_break)
+  add_test(NAME win_serve_ctrl_c COMMAND test_serve_ctrl_break --ctrl-c)
+endif()
+set_tests_properties(win_serve_completion win_serve_ctrl_break win_serve_ctrl_c
+  PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 
 # CLI tests: loom.exe run directly (through Wine when cross-built), its exit
 # status and output checked by tests/win32/expect.cmake (no shell).

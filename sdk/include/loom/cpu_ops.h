@@ -14,30 +14,12 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <loom/cpu_math.h> /* expf & co., sigmoid, silu, softplus */
 #include <loom/plugin.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---------------------------------------------------------------- scalar */
-
-static inline float loom_cpu_sigmoid(float x)
-{
-    return 1.0f / (1.0f + expf(-x));
-}
-
-/* x * sigmoid(x) */
-static inline float loom_cpu_silu(float x)
-{
-    return x / (1.0f + expf(-x));
-}
-
-/* log(1 + e^x), with torch's threshold: x itself above 20. */
-static inline float loom_cpu_softplus(float x)
-{
-    return x > 20.0f ? x : log1pf(expf(x));
-}
 
 /* ---------------------------------------------------------------- vectors */
 
