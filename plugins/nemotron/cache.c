@@ -142,29 +142,13 @@ loom_status LOOM_ABI nem_cache_copy(loom_model *m, loom_cache *dst,
                                     const loom_cache *src, loom_err *err)
 {
     const nem_geometry *g = &m->g;
-    if (src->win.pending > 0)
-        return loom_err_set(err, LOOM_ERR_STATE,
-                            "cache_copy: the source has a window of %d rows "
-                            "not committed yet",
-                            (int)src->win.pending);
-    if (dst == src)
-        return LOOM_OK;
-    /* room first: a refusal leaves dst's contents as they were */
-    for (int i = 0; i < g->n_attn; i++) {
-        loom_status rc = loom_cpu_kv_reserve(&dst->kv[i], src->kv[i].len, err);
-        if (rc != LOOM_OK)
-            return rc;
-    }
-    for (int i = 0; i < g->n_attn; i++) {
-        const loom_cpu_kv *from = &src->kv[i];
-        loom_cpu_kv *to = &dst->kv[i];
-        size_t n = (size_t)from->len * (size_t)from->width * sizeof(float);
-        if (n > 0) {
-            memcpy(to->k, from->k, n);
-            memcpy(to->v, from->v, n);
-        }
-        to->len = from->len;
-    }
+    loom_status rc = loom_window_check_copy(&src->win, err);
+    if (rc != LOOM_OK || dst == src)
+        return rc;
+    /* a refusal leaves dst's contents as they were */
+    rc = loom_cpu_kv_copy(dst->kv, src->kv, (int)g->n_attn, err);
+    if (rc != LOOM_OK)
+        return rc;
     for (int i = 0; i < g->n_mamba; i++) {
         memcpy(dst->mamba[i].tail, src->mamba[i].tail,
                tail_floats(g) * sizeof(float));

@@ -112,29 +112,13 @@ void LOOM_ABI q35_cache_free(loom_model *m, loom_cache *c)
 loom_status LOOM_ABI q35_cache_copy(loom_model *m, loom_cache *dst,
                                     const loom_cache *src, loom_err *err)
 {
-    if (src->win.pending > 0)
-        return loom_err_set(err, LOOM_ERR_STATE,
-                            "cache_copy: the source has a window of %d rows "
-                            "not committed yet",
-                            (int)src->win.pending);
-    if (dst == src)
-        return LOOM_OK;
-    /* room first: a refusal leaves dst's contents as they were */
-    for (int i = 0; i < m->n_attn; i++) {
-        loom_status st = loom_cpu_kv_reserve(&dst->kv[i], src->kv[i].len, err);
-        if (st != LOOM_OK)
-            return st;
-    }
-    for (int i = 0; i < m->n_attn; i++) {
-        const loom_cpu_kv *from = &src->kv[i];
-        loom_cpu_kv *to = &dst->kv[i];
-        size_t n = (size_t)from->len * (size_t)from->width * sizeof(float);
-        if (n > 0) {
-            memcpy(to->k, from->k, n);
-            memcpy(to->v, from->v, n);
-        }
-        to->len = from->len;
-    }
+    loom_status st = loom_window_check_copy(&src->win, err);
+    if (st != LOOM_OK || dst == src)
+        return st;
+    /* a refusal leaves dst's contents as they were */
+    st = loom_cpu_kv_copy(dst->kv, src->kv, m->n_attn, err);
+    if (st != LOOM_OK)
+        return st;
     memcpy(dst->conv, src->conv,
            (size_t)m->n_lin * (size_t)q35_tail_floats(m) * sizeof(float));
     memcpy(dst->state, src->state,

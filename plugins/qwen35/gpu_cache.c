@@ -288,13 +288,9 @@ loom_status q35_gpu_cache_prepare(loom_model *m, loom_cache *c, int64_t n_new,
 loom_status q35_gpu_cache_copy(loom_model *m, loom_cache *dst,
                                const loom_cache *src, loom_err *err)
 {
-    if (src->win.pending > 0)
-        return loom_err_set(err, LOOM_ERR_STATE,
-                            "cache_copy: the source has a window of %d rows "
-                            "not committed yet",
-                            (int)src->win.pending);
-    if (dst == src)
-        return LOOM_OK;
+    loom_status wst = loom_window_check_copy(&src->win, err);
+    if (wst != LOOM_OK || dst == src)
+        return wst;
     const q35_gpu *g = m->gpu;
     const loom_cuda *cu = g->cu;
     q35_gpu_pool *p = &m->gpu->pool;

@@ -274,6 +274,26 @@ loom_status loom_cpu_kv_reserve(loom_cpu_kv *kv, int64_t n_pos, loom_err *err)
     return LOOM_OK;
 }
 
+loom_status loom_cpu_kv_copy(loom_cpu_kv *dst, const loom_cpu_kv *src, int n,
+                             loom_err *err)
+{
+    for (int i = 0; i < n; i++) {
+        loom_status st = loom_cpu_kv_reserve(&dst[i], src[i].len, err);
+        if (st != LOOM_OK)
+            return st;
+    }
+    for (int i = 0; i < n; i++) {
+        size_t bytes =
+            (size_t)src[i].len * (size_t)src[i].width * sizeof(float);
+        if (bytes > 0) {
+            memcpy(dst[i].k, src[i].k, bytes);
+            memcpy(dst[i].v, src[i].v, bytes);
+        }
+        dst[i].len = src[i].len;
+    }
+    return LOOM_OK;
+}
+
 void loom_cpu_kv_put(loom_cpu_kv *kv, int64_t pos, const float *k,
                      const float *v)
 {

@@ -94,3 +94,13 @@ loom_status loom_window_commit(loom_window *w, int32_t kept,
     w->start = -1;
     return LOOM_OK;
 }
+
+loom_status loom_window_check_copy(const loom_window *w, loom_err *err)
+{
+    if (w->pending > 0)
+        return loom_err_set(err, LOOM_ERR_STATE,
+                            "cache_copy: the source has a window of %d rows "
+                            "not committed yet",
+                            (int)w->pending);
+    return LOOM_OK;
+}

@@ -89,6 +89,10 @@ void loom_cpu_kv_init(loom_cpu_kv *kv, int64_t width);
 /* Makes room for n_pos positions in all (keeps the contents). On failure the
  * store is unchanged. */
 loom_status loom_cpu_kv_reserve(loom_cpu_kv *kv, int64_t n_pos, loom_err *err);
+/* n stores of dst become copies of src's (positions and length); room is
+ * made in all first, so a refusal leaves every dst store as it was. */
+loom_status loom_cpu_kv_copy(loom_cpu_kv *dst, const loom_cpu_kv *src, int n,
+                             loom_err *err);
 /* Writes K and V of position pos (< cap); len becomes max(len, pos + 1). */
 void loom_cpu_kv_put(loom_cpu_kv *kv, int64_t pos, const float *k,
                      const float *v);

@@ -63,6 +63,10 @@ void loom_window_reset(loom_window *w);
 loom_status loom_window_reserve(loom_window *w, const loom_plan_stream *s,
                                 loom_err *err);
 
+/* A cache may be copied (cache_copy) only with no window open:
+ * LOOM_ERR_STATE naming the open window's rows, else LOOM_OK. */
+loom_status loom_window_check_copy(const loom_window *w, loom_err *err);
+
 /* The log index of s's k-th row in this forward: -1 for a plain row; 0 for
  * the window's first row, whose state just before it the family copies to
  * w->snapshot. */
