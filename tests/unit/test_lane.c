@@ -1338,13 +1338,8 @@ END_TEST
 static void real_family(const char *model_dir, const char *plugin_name)
 {
     const char *plugin = LOOM_PLUGIN_DIR;
-    char so[1024];
-    snprintf(so, sizeof so, "%s/libloom-%s%s", plugin, plugin_name,
-             loom_dl_suffix());
-    if (!loom_file_exists(so)) {
-        fprintf(stderr, "%s plugin not built (%s): skipped\n", plugin_name, so);
+    if (!tl_plugin_built(plugin_name))
         return;
-    }
     tm_golden g;
     tm_read_golden(model_dir, 0, &g);
     const int32_t *prompt = g.prompt, *golden = g.greedy;
@@ -1433,12 +1428,8 @@ END_TEST
 START_TEST(qwen35_tiny_text_is_the_tokenizers_decode)
 {
     const char *plugin = LOOM_PLUGIN_DIR;
-    char so[1024];
-    snprintf(so, sizeof so, "%s/libloom-qwen35%s", plugin, loom_dl_suffix());
-    if (!loom_file_exists(so)) {
-        fprintf(stderr, "qwen35 plugin not built (%s): skipped\n", so);
+    if (!tl_plugin_built("qwen35"))
         return;
-    }
     loom_engine *e = open_engine(fixture("models/qwen35-tiny"), plugin, 0);
     loom_tokenizer *tok = NULL;
     loom_err err;

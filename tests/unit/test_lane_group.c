@@ -402,12 +402,8 @@ END_TEST
 START_TEST(qwen35_tiny_members_equal_lone_streams)
 {
     const char *plugin = LOOM_PLUGIN_DIR;
-    char so[600];
-    snprintf(so, sizeof so, "%s/libloom-qwen35%s", plugin, loom_dl_suffix());
-    if (!loom_file_exists(so)) {
-        fprintf(stderr, "qwen35 plugin not built (%s): skipped\n", so);
+    if (!tl_plugin_built("qwen35"))
         return;
-    }
     loom_engine *e =
         open_engine(fixture("models/qwen35-tiny"), plugin, "qwen35");
     ck_assert(loom_family_has_cache_copy(&e->family));

@@ -1,7 +1,10 @@
 /* The lane-suite helpers declared in testlane.h. */
 #include "testlane.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#include <loom/platform.h>
 
 #include "testutil.h"
 
@@ -39,4 +42,15 @@ loom_lane *tl_new_lane(loom_engine *e, int32_t max_streams,
     loom_err err;
     ck_assert_msg(loom_lane_new(&lp, &lane, &err) == LOOM_OK, "%s", err.msg);
     return lane;
+}
+
+int tl_plugin_built(const char *name)
+{
+    char so[1024];
+    snprintf(so, sizeof so, "%s/libloom-%s%s", LOOM_PLUGIN_DIR, name,
+             loom_dl_suffix());
+    if (loom_file_exists(so))
+        return 1;
+    fprintf(stderr, "%s plugin not built (%s): skipped\n", name, so);
+    return 0;
 }
