@@ -8,6 +8,7 @@
 
 #include <loom/engine.h>
 
+#include "gpuutil.h"
 #include "testutil.h"
 
 #define MiB (1024.0 * 1024.0)
@@ -124,11 +125,8 @@ END_TEST
 int main(void)
 {
     loom_cuda_facts f;
-    loom_err err;
-    if (loom_cuda_probe(&f, &err) != LOOM_OK) {
-        printf("SKIPPED: %s\n", err.msg);
-        return 77;
-    }
+    if (!gpu_probe(&f))
+        return GPU_SKIP;
     Suite *s = suite_create("cuda_engine");
     TCase *tc = tcase_create("device");
     tcase_set_timeout(tc, 300);
@@ -137,10 +135,5 @@ int main(void)
     tcase_add_test(tc, gpu_memory_sets_the_budget);
     tcase_add_test(tc, engine_close_gives_back_every_byte);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return gpu_run_suite(s);
 }

@@ -9,6 +9,7 @@
 #include <loom/cuda_runtime.h>
 #include <loom/fatbin.h>
 
+#include "gpuutil.h"
 #include "testutil.h"
 
 #define MiB (1024.0 * 1024.0)
@@ -230,11 +231,8 @@ END_TEST
 int main(void)
 {
     loom_cuda_facts f;
-    loom_err err;
-    if (loom_cuda_probe(&f, &err) != LOOM_OK) {
-        printf("SKIPPED: %s\n", err.msg);
-        return 77;
-    }
+    if (!gpu_probe(&f))
+        return GPU_SKIP;
     Suite *s = suite_create("cuda_runtime");
     TCase *tc = tcase_create("device");
     tcase_set_timeout(tc, 300);
@@ -244,11 +242,5 @@ int main(void)
     tcase_add_test(tc, twenty_cycles_release_everything);
     tcase_add_test(tc, twenty_fresh_contexts_release_everything);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    /* the driver was initialised here: no forked test processes */
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return gpu_run_suite(s);
 }

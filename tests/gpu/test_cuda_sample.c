@@ -13,6 +13,7 @@
 #include <loom/cuda_sample.h>
 #include <loom/platform.h>
 
+#include "gpuutil.h"
 #include "testutil.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -342,21 +343,13 @@ END_TEST
 int main(void)
 {
     loom_cuda_facts f;
-    loom_err err;
-    if (loom_cuda_probe(&f, &err) != LOOM_OK) {
-        printf("SKIPPED: %s\n", err.msg);
-        return 77;
-    }
+    if (!gpu_probe(&f))
+        return GPU_SKIP;
     Suite *s = suite_create("cuda_sample");
     TCase *tc = tcase_create("device");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, device_draws_equal_the_host_rule);
     tcase_add_test(tc, windows_verify_as_row_by_row_draws);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return gpu_run_suite(s);
 }

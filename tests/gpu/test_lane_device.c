@@ -15,6 +15,7 @@
 #include <loom/family.h>
 #include <loom/lane.h>
 
+#include "gpuutil.h"
 #include "testutil.h"
 
 #define TOL       2e-2
@@ -23,21 +24,7 @@
 
 static loom_engine *open_eng(const char *dir, int device)
 {
-    static const char *const dirs[] = {LOOM_PLUGIN_DIR};
-    loom_engine_params p;
-    memset(&p, 0, sizeof p);
-    p.model = dir;
-    p.plugin_dirs = dirs;
-    p.n_plugin_dirs = 1;
-    p.device = device;
-    p.n_threads = 2;
-    p.max_streams = N_STREAMS;
-    loom_engine *e = NULL;
-    loom_err err = {{0}};
-    ck_assert_msg(loom_engine_open(&p, &e, &err) == LOOM_OK, "open %s: %s", dir,
-                  err.msg);
-    ck_assert_int_eq(e->info.device, device);
-    return e;
+    return gpu_open(dir, device, N_STREAMS, NULL);
 }
 
 typedef struct got {
@@ -285,11 +272,8 @@ END_TEST
 int main(void)
 {
     loom_cuda_facts facts;
-    loom_err err;
-    if (loom_cuda_probe(&facts, &err) != LOOM_OK) {
-        printf("skipped: %s\n", err.msg);
-        return 77;
-    }
+    if (!gpu_probe(&facts))
+        return GPU_SKIP;
     Suite *s = suite_create("lane_device");
     TCase *tc = tcase_create("gpu");
     tcase_set_timeout(tc, 600);
@@ -297,11 +281,5 @@ int main(void)
     tcase_add_test(tc, greedy_equals_cpu);
     tcase_add_test(tc, device_lane_releases);
     suite_add_tcase(s, tc);
-    /* the probe initialised the driver: the tests run in this process */
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return gpu_run_suite(s);
 }

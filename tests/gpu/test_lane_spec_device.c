@@ -14,6 +14,7 @@
 #include <loom/engine.h>
 #include <loom/lane.h>
 
+#include "gpuutil.h"
 #include "testutil.h"
 
 #define N_GEN     40
@@ -212,20 +213,12 @@ END_TEST
 int main(void)
 {
     loom_cuda_facts facts;
-    loom_err err;
-    if (loom_cuda_probe(&facts, &err) != LOOM_OK) {
-        printf("skipped: %s\n", err.msg);
-        return 77;
-    }
+    if (!gpu_probe(&facts))
+        return GPU_SKIP;
     Suite *s = suite_create("lane_spec_device");
     TCase *tc = tcase_create("gpu");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, spec_equals_plain);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return gpu_run_suite(s);
 }

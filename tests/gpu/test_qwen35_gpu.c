@@ -16,6 +16,7 @@
 #include <loom/family.h>
 #include <loom/safetensors.h>
 
+#include "gpuutil.h"
 #include "testutil.h"
 
 #define TOL 2e-2
@@ -24,21 +25,7 @@
 
 static loom_engine *open_dev(const char *dir, int device)
 {
-    static const char *const dirs[] = {LOOM_PLUGIN_DIR};
-    loom_engine_params p;
-    memset(&p, 0, sizeof p);
-    p.model = dir;
-    p.plugin_dirs = dirs;
-    p.n_plugin_dirs = 1;
-    p.device = device;
-    p.n_threads = 2;
-    loom_engine *e = NULL;
-    loom_err err = {{0}};
-    loom_status st = loom_engine_open(&p, &e, &err);
-    ck_assert_msg(st == LOOM_OK, "open %s: %s", dir, err.msg);
-    ck_assert_str_eq(e->plugin->plugin->name, "qwen35");
-    ck_assert_int_eq(e->info.device, device);
-    return e;
+    return gpu_open(dir, device, 0, "qwen35");
 }
 
 typedef struct golden {
@@ -1162,11 +1149,8 @@ END_TEST
 int main(void)
 {
     loom_cuda_facts facts;
-    loom_err err;
-    if (loom_cuda_probe(&facts, &err) != LOOM_OK) {
-        printf("skipped: %s\n", err.msg);
-        return 77;
-    }
+    if (!gpu_probe(&facts))
+        return GPU_SKIP;
     printf("device: %s (sm_%d%d)\n", facts.name, facts.cc_major,
            facts.cc_minor);
     Suite *s = suite_create("qwen35_gpu");
@@ -1188,12 +1172,5 @@ int main(void)
     tcase_add_test(tc, affine4_matches_cpu);
     tcase_add_test(tc, affine8_refused);
     suite_add_tcase(s, tc);
-    /* the probe initialised the driver in this process: a forked child
-     * could not use it, so the tests run in this process */
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return gpu_run_suite(s);
 }

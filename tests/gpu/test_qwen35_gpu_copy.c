@@ -16,6 +16,8 @@
 #include <loom/family.h>
 #include <loom/lane.h>
 
+#include "gpuutil.h"
+#include "testmodel.h"
 #include "testutil.h"
 
 /* positions over several K/V pages (Q35_KV_PAGE is 16) */
@@ -24,31 +26,7 @@
 
 static loom_engine *open_cuda(const char *dir)
 {
-    static const char *const dirs[] = {LOOM_PLUGIN_DIR};
-    loom_engine_params p;
-    memset(&p, 0, sizeof p);
-    p.model = dir;
-    p.plugin_dirs = dirs;
-    p.n_plugin_dirs = 1;
-    p.device = LOOM_DEVICE_CUDA;
-    p.n_threads = 2;
-    loom_engine *e = NULL;
-    loom_err err = {{0}};
-    ck_assert_msg(loom_engine_open(&p, &e, &err) == LOOM_OK, "open %s: %s", dir,
-                  err.msg);
-    ck_assert_str_eq(e->plugin->plugin->name, "qwen35");
-    ck_assert_int_eq(e->info.device, LOOM_DEVICE_CUDA);
-    return e;
-}
-
-static loom_cache *new_cache(loom_engine *e)
-{
-    loom_cache *c = NULL;
-    loom_err err = {{0}};
-    ck_assert_msg(loom_family_cache_new(&e->family, e->model, &c, &err) ==
-                      LOOM_OK,
-                  "cache_new: %s", err.msg);
-    return c;
+    return gpu_open(dir, LOOM_DEVICE_CUDA, 0, "qwen35");
 }
 
 /* Feeds ids[0..n) from pos0, `chunk` rows a forward, each flagged `flags`
@@ -100,7 +78,8 @@ START_TEST(copy_continues_exactly)
     float *la = malloc(3 * row), *lb = malloc(3 * row), *lr = malloc(3 * row);
     ck_assert(la && lb && lr);
 
-    loom_cache *a = new_cache(e), *b = new_cache(e), *ref = new_cache(e);
+    loom_cache *a = tm_new_cache(e), *b = tm_new_cache(e),
+               *ref = tm_new_cache(e);
     feed(e, a, 0, ids, PROMPT_N, 16, 0, NULL);
     feed(e, ref, 0, ids, PROMPT_N, 16, 0, NULL);
     /* b held a longer history (more pages): the copy drops it */
@@ -121,7 +100,7 @@ START_TEST(copy_continues_exactly)
     }
     /* a's pages go back and another stream takes them: b has its own */
     loom_family_cache_reset(&e->family, e->model, &a, &err);
-    loom_cache *c = new_cache(e);
+    loom_cache *c = tm_new_cache(e);
     feed(e, c, 0, junk, 60, 30, 0, NULL);
     feed(e, b, PROMPT_N + STEPS, next + STEPS, 3, 3, 0, lb);
     feed(e, ref, PROMPT_N + STEPS, next + STEPS, 3, 3, 0, lr);
@@ -148,7 +127,8 @@ START_TEST(open_window_refused)
         ids[i] = (i * 37 + 11) % V;
     size_t row = (size_t)V * sizeof(float);
     float *got = malloc(row), *want = malloc(row);
-    loom_cache *a = new_cache(e), *b = new_cache(e), *ref = new_cache(e);
+    loom_cache *a = tm_new_cache(e), *b = tm_new_cache(e),
+               *ref = tm_new_cache(e);
     feed(e, a, 0, ids, 18, 18, 0, NULL);
     feed(e, a, 18, ids + 18, 4, 4, LOOM_ROW_SPECULATIVE, NULL);
     loom_err err = {{0}};
@@ -274,11 +254,8 @@ END_TEST
 int main(void)
 {
     loom_cuda_facts facts;
-    loom_err err;
-    if (loom_cuda_probe(&facts, &err) != LOOM_OK) {
-        printf("skipped: %s\n", err.msg);
-        return 77;
-    }
+    if (!gpu_probe(&facts))
+        return GPU_SKIP;
     printf("device: %s (sm_%d%d)\n", facts.name, facts.cc_major,
            facts.cc_minor);
     Suite *s = suite_create("qwen35_gpu_copy");
@@ -288,12 +265,5 @@ int main(void)
     tcase_add_test(tc, open_window_refused);
     tcase_add_test(tc, lane_group_on_device);
     suite_add_tcase(s, tc);
-    /* the probe initialised the driver in this process: a forked child
-     * could not use it, so the tests run in this process */
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return gpu_run_suite(s);
 }

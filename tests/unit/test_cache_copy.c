@@ -43,24 +43,44 @@ static loom_status copy(loom_engine *e, loom_cache *dst, const loom_cache *src,
     return loom_family_cache_copy(&e->family, e->model, dst, src, err);
 }
 
+/* The engine of models[i] (claimed by plugins[i]), its golden (without
+ * logits) in *g, and three fresh caches. */
+static loom_engine *open_model(int i, tm_golden *g, loom_cache **a,
+                               loom_cache **b, loom_cache **c)
+{
+    loom_engine *e = tm_open_ok(fixture(models[i]), plugins[i]);
+    tm_read_golden(models[i], 0, g);
+    *a = tm_new_cache(e);
+    *b = tm_new_cache(e);
+    *c = tm_new_cache(e);
+    return e;
+}
+
+static void close_model(loom_engine *e, loom_cache *a, loom_cache *b,
+                        loom_cache *c)
+{
+    tm_cache_free(e, a);
+    tm_cache_free(e, b);
+    tm_cache_free(e, c);
+    loom_engine_close(e);
+}
+
 /* After the prompt: a copy, its source and a cache fed the prompt itself
  * give the same logits for the next rows, one at a time and as a chunk; the
  * copy's source is left as it was. */
 START_TEST(copy_continues_like_source)
 {
     const char *rel = models[_i];
-    loom_engine *e = tm_open_ok(fixture(rel), plugins[_i]);
-    ck_assert(loom_family_has_cache_copy(&e->family));
     tm_golden g;
-    tm_read_golden(rel, 0, &g);
+    loom_cache *a, *b, *ref;
+    loom_engine *e = open_model(_i, &g, &a, &b, &ref);
+    ck_assert(loom_family_has_cache_copy(&e->family));
     size_t V = (size_t)e->info.vocab;
     int32_t P = g.n_prompt;
     ck_assert_int_ge(P, 8);
     float *la = malloc(4 * V * sizeof(float));
     float *lb = malloc(4 * V * sizeof(float));
     float *lr = malloc(4 * V * sizeof(float));
-    loom_cache *a = tm_new_cache(e), *b = tm_new_cache(e),
-               *ref = tm_new_cache(e);
     /* the prompt in two chunks into a, in the same chunks into ref */
     feed(e, a, 0, g.prompt, 5, 0, NULL);
     feed(e, a, 5, g.prompt + 5, P - 5, 0, NULL);
@@ -95,13 +115,10 @@ START_TEST(copy_continues_like_source)
     ck_assert(memcmp(la, lb, 3 * V * sizeof(float)) == 0);
     ck_assert(memcmp(lr, lb, 3 * V * sizeof(float)) == 0);
 
-    tm_cache_free(e, a);
-    tm_cache_free(e, b);
-    tm_cache_free(e, ref);
     free(la);
     free(lb);
     free(lr);
-    loom_engine_close(e);
+    close_model(e, a, b, ref);
 }
 END_TEST
 
@@ -110,13 +127,11 @@ END_TEST
 START_TEST(copies_decode_greedy)
 {
     const char *rel = models[_i];
-    loom_engine *e = tm_open_ok(fixture(rel), plugins[_i]);
     tm_golden g;
-    tm_read_golden(rel, 0, &g);
+    loom_cache *src, *c1, *c2;
+    loom_engine *e = open_model(_i, &g, &src, &c1, &c2);
     size_t V = (size_t)e->info.vocab;
     float *lg = malloc((size_t)g.n_prompt * V * sizeof(float));
-    loom_cache *src = tm_new_cache(e), *c1 = tm_new_cache(e),
-               *c2 = tm_new_cache(e);
     feed(e, src, 0, g.prompt, g.n_prompt, 0, lg);
     const float *last = lg + (size_t)(g.n_prompt - 1) * V;
     loom_err err = {{0}};
@@ -125,11 +140,8 @@ START_TEST(copies_decode_greedy)
     tm_check_greedy(rel, e, c2, &g, last);
     tm_check_greedy(rel, e, c1, &g, last);
     tm_check_greedy(rel, e, src, &g, last);
-    tm_cache_free(e, src);
-    tm_cache_free(e, c1);
-    tm_cache_free(e, c2);
     free(lg);
-    loom_engine_close(e);
+    close_model(e, src, c1, c2);
 }
 END_TEST
 
@@ -139,15 +151,13 @@ END_TEST
 START_TEST(open_window_refused)
 {
     const char *rel = models[_i];
-    loom_engine *e = tm_open_ok(fixture(rel), plugins[_i]);
     tm_golden g;
-    tm_read_golden(rel, 0, &g);
+    loom_cache *a, *b, *ref;
+    loom_engine *e = open_model(_i, &g, &a, &b, &ref);
     size_t V = (size_t)e->info.vocab;
     float *got = malloc(V * sizeof(float));
     float *want = malloc(V * sizeof(float));
     float *mine = malloc(V * sizeof(float));
-    loom_cache *a = tm_new_cache(e), *b = tm_new_cache(e),
-               *ref = tm_new_cache(e);
     const int pre = 6, k = 4;
     feed(e, a, 0, g.prompt, pre, 0, NULL);
     feed(e, a, pre, g.prompt + pre, k, LOOM_ROW_SPECULATIVE, NULL);
@@ -180,13 +190,10 @@ START_TEST(open_window_refused)
     feed(e, ref, 0, g.prompt, 1, 0, want);
     ck_assert(memcmp(got, want, V * sizeof(float)) == 0);
 
-    tm_cache_free(e, a);
-    tm_cache_free(e, b);
-    tm_cache_free(e, ref);
     free(got);
     free(want);
     free(mine);
-    loom_engine_close(e);
+    close_model(e, a, b, ref);
 }
 END_TEST
 

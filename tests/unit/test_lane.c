@@ -15,6 +15,7 @@
 #include <loom/platform.h>
 #include <loom/tokenizer.h>
 
+#include "testlane.h"
 #include "testmodel.h"
 #include "testutil.h"
 
@@ -22,30 +23,10 @@
 
 /* ---------------------------------------------------------------- setup */
 
-static loom_engine *open_engine_threads(const char *model,
-                                        const char *plugin_dir,
-                                        int64_t max_context, int threads)
-{
-    const char *dirs[1] = {plugin_dir};
-    loom_engine_params p;
-    memset(&p, 0, sizeof p);
-    p.model = model;
-    p.plugin_dirs = dirs;
-    p.n_plugin_dirs = 1;
-    p.device = LOOM_DEVICE_CPU;
-    p.n_threads = threads;
-    p.max_context = max_context;
-    loom_engine *e = NULL;
-    loom_err err;
-    loom_status rc = loom_engine_open(&p, &e, &err);
-    ck_assert_msg(rc == LOOM_OK, "%s", err.msg);
-    return e;
-}
-
 static loom_engine *open_engine(const char *model, const char *plugin_dir,
                                 int64_t max_context)
 {
-    return open_engine_threads(model, plugin_dir, max_context, 1);
+    return tl_open_engine(model, plugin_dir, NULL, max_context, 1);
 }
 
 static loom_engine *open_toy(int64_t max_context)
@@ -80,21 +61,6 @@ static loom_engine *open_toy_gen(const char *extra, const char *gen)
 static loom_engine *open_toy_with(const char *extra)
 {
     return open_toy_gen(extra, NULL);
-}
-
-static loom_lane *new_lane(loom_engine *e, int32_t max_streams,
-                           int32_t round_tokens, int32_t chunk)
-{
-    loom_lane_params lp;
-    memset(&lp, 0, sizeof lp);
-    lp.engine = e;
-    lp.max_streams = max_streams;
-    lp.round_tokens = round_tokens;
-    lp.prefill_chunk = chunk;
-    loom_lane *lane = NULL;
-    loom_err err;
-    ck_assert_msg(loom_lane_new(&lp, &lane, &err) == LOOM_OK, "%s", err.msg);
-    return lane;
 }
 
 /* ---------------------------------------------------------------- events */
@@ -311,7 +277,7 @@ static void run_group(loom_engine *e, spec *s, int first, int count,
                       int stagger, int32_t max_streams, int32_t round_tokens,
                       int32_t chunk)
 {
-    loom_lane *lane = new_lane(e, max_streams, round_tokens, chunk);
+    loom_lane *lane = tl_new_lane(e, max_streams, round_tokens, chunk);
     collector *c = calloc((size_t)count, sizeof *c);
     int added = 0;
     for (int round = 0; added < count || loom_lane_pending(lane) > 0; round++) {
@@ -404,7 +370,7 @@ START_TEST(unseeded_streams_report_the_seed_that_repeats_them)
     static const int32_t prompt[4] = {3, 1, 4, 1};
     loom_sample_params sp;
     loom_sample_params_default(&sp);
-    loom_lane *lane = new_lane(e, 4, 16, 0);
+    loom_lane *lane = tl_new_lane(e, 4, 16, 0);
     collector a = {0}, b = {0};
     add_stream(lane, prompt, 4, &sp, 30, &a);
     add_stream(lane, prompt, 4, &sp, 30, &b);
@@ -424,7 +390,7 @@ START_TEST(cancelled_stream_frees_its_cache)
 {
     loom_engine *e = open_toy(0);
     int64_t base = loom_host_accounted(&e->hs, LOOM_MEM_HOST, -1);
-    loom_lane *lane = new_lane(e, 4, 16, 0);
+    loom_lane *lane = tl_new_lane(e, 4, 16, 0);
     static const int32_t prompt[3] = {7, 8, 9};
     loom_sample_params sp;
     loom_sample_params_default(&sp);
@@ -483,7 +449,7 @@ START_TEST(cancelled_stream_frees_its_cache)
     ck_assert_int_eq(d.n, 1);
 
     /* cancelled while queued: no cache, no token */
-    lane = new_lane(e, 1, 16, 0);
+    lane = tl_new_lane(e, 1, 16, 0);
     collector r = {0}, w = {0};
     add_stream(lane, prompt, 3, &sp, 4, &r);
     uint64_t idw = add_stream(lane, prompt, 3, &sp, 4, &w);
@@ -527,7 +493,7 @@ static int stats_on_final(void *user, const loom_lane_event *ev)
 START_TEST(final_event_sees_its_stream_uncounted)
 {
     loom_engine *e = open_toy(0);
-    loom_lane *lane = new_lane(e, 1, 16, 0);
+    loom_lane *lane = tl_new_lane(e, 1, 16, 0);
     static const int32_t prompt[3] = {7, 8, 9};
     stats_at_final f = {.lane = lane};
     loom_stream_params p;
@@ -569,7 +535,7 @@ START_TEST(thousand_streams_leave_the_pool_as_it_started)
 {
     loom_engine *e = open_toy(0);
     int64_t base = loom_host_accounted(&e->hs, LOOM_MEM_HOST, -1);
-    loom_lane *lane = new_lane(e, 8, 32, 0);
+    loom_lane *lane = tl_new_lane(e, 8, 32, 0);
     loom_sample_params sp;
     loom_sample_params_default(&sp);
     sp.seed = 5;
@@ -640,7 +606,7 @@ START_TEST(cancel_by_id_reaches_exactly_its_streams_among_thousands)
 {
     enum { N = 3000 };
     loom_engine *e = open_toy(0);
-    loom_lane *lane = new_lane(e, 4, 16, 0);
+    loom_lane *lane = tl_new_lane(e, 4, 16, 0);
     loom_sample_params sp;
     loom_sample_params_default(&sp);
     sp.temperature = 0;
@@ -965,7 +931,7 @@ START_TEST(token_bytes_are_the_bytes_the_text_is_made_of)
     loom_lane_free(lane);
 
     /* a lane without text has no bytes */
-    lane = new_lane(e, 1, 16, 0);
+    lane = tl_new_lane(e, 1, 16, 0);
     ck_assert_ptr_null(loom_lane_token_bytes(lane, 3, &n));
     loom_lane_free(lane);
     loom_engine_close(e);
@@ -1015,7 +981,7 @@ START_TEST(eos_max_tokens_and_context_end_streams)
 
     /* a context of 20: a 15-token prompt gets 5 tokens */
     e = open_toy(20);
-    lane = new_lane(e, 4, 16, 0);
+    lane = tl_new_lane(e, 4, 16, 0);
     int32_t long_prompt[20];
     for (int i = 0; i < 20; i++)
         long_prompt[i] = i;
@@ -1073,7 +1039,7 @@ static void expect_stop_at(loom_engine *e, int first, int32_t tok)
     loom_sample_params sp;
     loom_sample_params_default(&sp);
     sp.temperature = 0;
-    loom_lane *lane = new_lane(e, 4, 16, 0);
+    loom_lane *lane = tl_new_lane(e, 4, 16, 0);
     collector c = {0};
     add_stream(lane, eos_prompt, 4, &sp, 12, &c);
     run_idle(lane);
@@ -1118,7 +1084,7 @@ END_TEST
 START_TEST(the_stream_keeps_the_bias_it_was_added_with)
 {
     loom_engine *e = open_toy(0);
-    loom_lane *lane = new_lane(e, 2, 16, 0);
+    loom_lane *lane = tl_new_lane(e, 2, 16, 0);
     static const int32_t prompt[2] = {4, 5};
     loom_logit_bias bias[1] = {{17, 100.0f}};
     loom_sample_params sp;
@@ -1204,7 +1170,7 @@ START_TEST(failed_forward_ends_its_round_with_errors)
 {
     loom_engine *e = open_toy_with("\"toy_fail_token\": 13");
     int64_t base = loom_host_accounted(&e->hs, LOOM_MEM_HOST, -1);
-    loom_lane *lane = new_lane(e, 4, 16, 0);
+    loom_lane *lane = tl_new_lane(e, 4, 16, 0);
     loom_sample_params sp;
     loom_sample_params_default(&sp);
     sp.temperature = 0;
@@ -1248,7 +1214,7 @@ START_TEST(logprobs_reach_the_events)
     loom_sample_params_default(&sp);
     sp.temperature = 0;
     sp.n_logprobs = 2;
-    loom_lane *lane = new_lane(e, 4, 16, 0);
+    loom_lane *lane = tl_new_lane(e, 4, 16, 0);
     collector c = {0};
     add_stream(lane, prompt, 3, &sp, 3, &c);
     run_idle(lane);
@@ -1315,10 +1281,10 @@ START_TEST(lane_thread_serves_streams_added_from_other_threads)
 {
     /* two pool threads: the draws of a round run in parallel */
     loom_engine *e =
-        open_engine_threads(fixture("models/toy"), LOOM_TEST_PLUGIN_DIR, 0, 2);
+        tl_open_engine(fixture("models/toy"), LOOM_TEST_PLUGIN_DIR, NULL, 0, 2);
     spec *s = calloc(NSPEC, sizeof *s);
     make_specs(e, s, 0);
-    loom_lane *lane = new_lane(e, 8, 16, 4);
+    loom_lane *lane = tl_new_lane(e, 8, 16, 4);
     loom_err err;
     ck_assert_msg(loom_lane_start(lane, &err) == LOOM_OK, "%s", err.msg);
     ck_assert_int_eq(loom_lane_start(lane, &err), LOOM_ERR_STATE);
@@ -1372,13 +1338,8 @@ END_TEST
 static void real_family(const char *model_dir, const char *plugin_name)
 {
     const char *plugin = LOOM_PLUGIN_DIR;
-    char so[1024];
-    snprintf(so, sizeof so, "%s/libloom-%s%s", plugin, plugin_name,
-             loom_dl_suffix());
-    if (!loom_file_exists(so)) {
-        fprintf(stderr, "%s plugin not built (%s): skipped\n", plugin_name, so);
+    if (!tl_plugin_built(plugin_name))
         return;
-    }
     tm_golden g;
     tm_read_golden(model_dir, 0, &g);
     const int32_t *prompt = g.prompt, *golden = g.greedy;
@@ -1397,7 +1358,7 @@ static void real_family(const char *model_dir, const char *plugin_name)
     int32_t n_hot =
         reference(e, prompt, 9, &hot, 10, e->info.max_context, hot_ref);
     for (int company = 0; company <= 3; company += 3) {
-        loom_lane *lane = new_lane(e, 8, 16, 5);
+        loom_lane *lane = tl_new_lane(e, 8, 16, 5);
         collector c = {0}, h = {0}, o[3];
         memset(o, 0, sizeof o);
         for (int k = 0; k < company; k++) /* others, started earlier */
@@ -1467,12 +1428,8 @@ END_TEST
 START_TEST(qwen35_tiny_text_is_the_tokenizers_decode)
 {
     const char *plugin = LOOM_PLUGIN_DIR;
-    char so[1024];
-    snprintf(so, sizeof so, "%s/libloom-qwen35%s", plugin, loom_dl_suffix());
-    if (!loom_file_exists(so)) {
-        fprintf(stderr, "qwen35 plugin not built (%s): skipped\n", so);
+    if (!tl_plugin_built("qwen35"))
         return;
-    }
     loom_engine *e = open_engine(fixture("models/qwen35-tiny"), plugin, 0);
     loom_tokenizer *tok = NULL;
     loom_err err;

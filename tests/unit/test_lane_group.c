@@ -15,6 +15,7 @@
 #include <loom/log.h>
 #include <loom/platform.h>
 
+#include "testlane.h"
 #include "testutil.h"
 
 #define MAXTOK 256
@@ -23,34 +24,12 @@
 static loom_engine *open_engine(const char *model, const char *plugin_dir,
                                 const char *family)
 {
-    const char *dirs[1] = {plugin_dir};
-    loom_engine_params p;
-    memset(&p, 0, sizeof p);
-    p.model = model;
-    p.family = family;
-    p.plugin_dirs = dirs;
-    p.n_plugin_dirs = 1;
-    p.device = LOOM_DEVICE_CPU;
-    p.n_threads = 1;
-    loom_engine *e = NULL;
-    loom_err err;
-    ck_assert_msg(loom_engine_open(&p, &e, &err) == LOOM_OK, "%s", err.msg);
-    return e;
+    return tl_open_engine(model, plugin_dir, family, 0, 1);
 }
 
-static loom_lane *new_lane(loom_engine *e, int32_t max_streams,
-                           int32_t round_tokens, int32_t chunk)
+static loom_engine *open_toy(void)
 {
-    loom_lane_params lp;
-    memset(&lp, 0, sizeof lp);
-    lp.engine = e;
-    lp.max_streams = max_streams;
-    lp.round_tokens = round_tokens;
-    lp.prefill_chunk = chunk;
-    loom_lane *lane = NULL;
-    loom_err err;
-    ck_assert_msg(loom_lane_new(&lp, &lane, &err) == LOOM_OK, "%s", err.msg);
-    return lane;
+    return open_engine(fixture("models/toy"), LOOM_TEST_PLUGIN_DIR, NULL);
 }
 
 typedef struct collector {
@@ -190,7 +169,7 @@ static void check_members(loom_engine *e, group *g, int32_t max_streams,
         ck_assert_uint_eq(c->seed, g->p[i].sample.seed);
         ck_assert_int_eq(c->n_prompt, g->n_prompt);
 
-        loom_lane *lone = new_lane(e, max_streams, round_tokens, chunk);
+        loom_lane *lone = tl_new_lane(e, max_streams, round_tokens, chunk);
         collector alone = {0};
         loom_stream_params p = g->p[i];
         p.user = &alone;
@@ -224,6 +203,38 @@ static void add_group(loom_lane *lane, group *g, uint64_t *ids)
                   "%s", err.msg);
 }
 
+/* Group g in a fresh lane run to its end: the prompt's rows forwarded are
+ * `rows`, and each member's tokens are the lone streams'. */
+static void run_group(loom_engine *e, group *g, int32_t max_streams,
+                      int32_t round_tokens, int32_t chunk, uint64_t rows)
+{
+    loom_lane *lane = tl_new_lane(e, max_streams, round_tokens, chunk);
+    add_group(lane, g, NULL);
+    run_idle(lane);
+    ck_assert_uint_eq(prompt_rows(lane), rows);
+    loom_lane_free(lane);
+    check_members(e, g, max_streams, round_tokens, chunk);
+}
+
+/* A group of three with 20-token prompts in chunks of 6, member `who`
+ * cancelled after the first step (its rows in *rows when not NULL): it
+ * ends cancelled with no token. Returns the lane, run to its end. */
+static loom_lane *run_cancelling(loom_engine *e, group *g, int32_t who,
+                                 int32_t *rows)
+{
+    group_init(g, 3, 20, e->info.vocab, 0.9f);
+    loom_lane *lane = tl_new_lane(e, 4, 32, 6);
+    uint64_t ids[NMAX];
+    add_group(lane, g, ids);
+    loom_err err;
+    ck_assert_int_eq(loom_lane_step(lane, rows, &err), LOOM_OK);
+    loom_lane_cancel(lane, ids[who]);
+    run_idle(lane);
+    ck_assert_int_eq(g->c[who].finish, LOOM_FINISH_CANCELLED);
+    ck_assert_int_eq(g->c[who].n, 0);
+    return lane;
+}
+
 /* ---------------------------------------------------------------- toy */
 
 /* Four members, a prompt fed in chunks of 7 over several rounds, another
@@ -231,11 +242,10 @@ static void add_group(loom_lane *lane, group *g, uint64_t *ids)
  * and the prompt's 23 rows are forwarded once. */
 START_TEST(members_equal_lone_streams_and_prefill_once)
 {
-    loom_engine *e =
-        open_engine(fixture("models/toy"), LOOM_TEST_PLUGIN_DIR, NULL);
+    loom_engine *e = open_toy();
     group g;
     group_init(&g, 4, 23, e->info.vocab, 0.9f);
-    loom_lane *lane = new_lane(e, 8, 64, 7);
+    loom_lane *lane = tl_new_lane(e, 8, 64, 7);
     uint64_t ids[NMAX] = {0};
     add_group(lane, &g, ids);
     for (int32_t i = 1; i < g.n; i++)
@@ -266,16 +276,10 @@ END_TEST
 /* A one-row prompt and greedy members: the shared row is the prompt. */
 START_TEST(one_token_prompt_greedy)
 {
-    loom_engine *e =
-        open_engine(fixture("models/toy"), LOOM_TEST_PLUGIN_DIR, NULL);
+    loom_engine *e = open_toy();
     group g;
     group_init(&g, 3, 1, e->info.vocab, 0.0f);
-    loom_lane *lane = new_lane(e, 4, 16, 0);
-    add_group(lane, &g, NULL);
-    run_idle(lane);
-    ck_assert_uint_eq(prompt_rows(lane), 1u);
-    loom_lane_free(lane);
-    check_members(e, &g, 4, 16, 0);
+    run_group(e, &g, 4, 16, 0, 1u);
     loom_engine_close(e);
 }
 END_TEST
@@ -301,12 +305,7 @@ START_TEST(family_without_cache_copy_prefills_each)
 
     group g;
     group_init(&g, 3, 17, e->info.vocab, 0.9f);
-    loom_lane *lane = new_lane(e, 4, 32, 5);
-    add_group(lane, &g, NULL);
-    run_idle(lane);
-    ck_assert_uint_eq(prompt_rows(lane), 3u * 17u);
-    loom_lane_free(lane);
-    check_members(e, &g, 4, 32, 5);
+    run_group(e, &g, 4, 32, 5, 3u * 17u);
     loom_engine_close(e);
 }
 END_TEST
@@ -315,18 +314,12 @@ END_TEST
  * (admitted when those end, in the same round) share again, 4 is alone. */
 START_TEST(group_larger_than_the_lane)
 {
-    loom_engine *e =
-        open_engine(fixture("models/toy"), LOOM_TEST_PLUGIN_DIR, NULL);
+    loom_engine *e = open_toy();
     group g;
     group_init(&g, 5, 11, e->info.vocab, 0.9f);
     for (int32_t i = 0; i < g.n; i++)
         g.p[i].max_tokens = 8;
-    loom_lane *lane = new_lane(e, 2, 32, 4);
-    add_group(lane, &g, NULL);
-    run_idle(lane);
-    ck_assert_uint_eq(prompt_rows(lane), 3u * 11u);
-    loom_lane_free(lane);
-    check_members(e, &g, 2, 32, 4);
+    run_group(e, &g, 2, 32, 4, 3u * 11u);
     loom_engine_close(e);
 }
 END_TEST
@@ -336,21 +329,11 @@ END_TEST
  * tokens. */
 START_TEST(cancelled_leader_hands_the_prompt_on)
 {
-    loom_engine *e =
-        open_engine(fixture("models/toy"), LOOM_TEST_PLUGIN_DIR, NULL);
+    loom_engine *e = open_toy();
     group g;
-    group_init(&g, 3, 20, e->info.vocab, 0.9f);
-    loom_lane *lane = new_lane(e, 4, 32, 6);
-    uint64_t ids[NMAX];
-    add_group(lane, &g, ids);
-    loom_err err;
     int32_t rows = 0;
-    ck_assert_int_eq(loom_lane_step(lane, &rows, &err), LOOM_OK);
+    loom_lane *lane = run_cancelling(e, &g, 0, &rows);
     ck_assert_int_eq(rows, 6); /* the leader's chunk; the others wait */
-    loom_lane_cancel(lane, ids[0]);
-    run_idle(lane);
-    ck_assert_int_eq(g.c[0].finish, LOOM_FINISH_CANCELLED);
-    ck_assert_int_eq(g.c[0].n, 0);
     ck_assert_uint_eq(prompt_rows(lane), 6u + 20u);
     loom_lane_free(lane);
     /* members 1 and 2 against lone runs */
@@ -368,19 +351,9 @@ END_TEST
 /* A cancelled follower ends alone; the others go on. */
 START_TEST(cancelled_follower_ends_alone)
 {
-    loom_engine *e =
-        open_engine(fixture("models/toy"), LOOM_TEST_PLUGIN_DIR, NULL);
+    loom_engine *e = open_toy();
     group g;
-    group_init(&g, 3, 20, e->info.vocab, 0.9f);
-    loom_lane *lane = new_lane(e, 4, 32, 6);
-    uint64_t ids[NMAX];
-    add_group(lane, &g, ids);
-    loom_err err;
-    ck_assert_int_eq(loom_lane_step(lane, NULL, &err), LOOM_OK);
-    loom_lane_cancel(lane, ids[1]);
-    run_idle(lane);
-    ck_assert_int_eq(g.c[1].finish, LOOM_FINISH_CANCELLED);
-    ck_assert_int_eq(g.c[1].n, 0);
+    loom_lane *lane = run_cancelling(e, &g, 1, NULL);
     ck_assert_uint_eq(prompt_rows(lane), 20u);
     loom_lane_free(lane);
     group rest = g;
@@ -396,9 +369,8 @@ END_TEST
  * whole: nothing is added. */
 START_TEST(bad_groups_are_refused_whole)
 {
-    loom_engine *e =
-        open_engine(fixture("models/toy"), LOOM_TEST_PLUGIN_DIR, NULL);
-    loom_lane *lane = new_lane(e, 4, 32, 0);
+    loom_engine *e = open_toy();
+    loom_lane *lane = tl_new_lane(e, 4, 32, 0);
     group g;
     group_init(&g, 3, 8, e->info.vocab, 0.9f);
     int32_t other[8];
@@ -430,23 +402,14 @@ END_TEST
 START_TEST(qwen35_tiny_members_equal_lone_streams)
 {
     const char *plugin = LOOM_PLUGIN_DIR;
-    char so[600];
-    snprintf(so, sizeof so, "%s/libloom-qwen35%s", plugin, loom_dl_suffix());
-    if (!loom_file_exists(so)) {
-        fprintf(stderr, "qwen35 plugin not built (%s): skipped\n", so);
+    if (!tl_plugin_built("qwen35"))
         return;
-    }
     loom_engine *e =
         open_engine(fixture("models/qwen35-tiny"), plugin, "qwen35");
     ck_assert(loom_family_has_cache_copy(&e->family));
     group g;
     group_init(&g, 3, 19, e->info.vocab, 1.0f);
-    loom_lane *lane = new_lane(e, 4, 16, 8);
-    add_group(lane, &g, NULL);
-    run_idle(lane);
-    ck_assert_uint_eq(prompt_rows(lane), 19u);
-    loom_lane_free(lane);
-    check_members(e, &g, 4, 16, 8);
+    run_group(e, &g, 4, 16, 8, 19u);
     loom_engine_close(e);
 }
 END_TEST

@@ -9,87 +9,12 @@
 #include <loom/pool.h>
 #include <loom/weights.h>
 
+#include "matmul_util.h"
 #include "testutil.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
-
-static uint32_t next(uint32_t *s)
-{
-    *s = *s * 1664525u + 1013904223u;
-    return *s >> 8;
-}
-
-static float rnd(uint32_t *s)
-{
-    return (float)(next(s) & 0xffff) / 32768.0f - 1.0f;
-}
-
-/* A weight of `rows` x `cols` (plain of dtype dt, or 4-bit MLX affine when
- * bits is 4) with its rows as float32 in ref. */
-typedef struct tw {
-    loom_weight w;
-    float *ref;
-    void *data, *scales, *biases;
-} tw;
-
-static void tw_make(tw *t, loom_dtype dt, int bits, int64_t rows, int64_t cols,
-                    uint32_t *s)
-{
-    memset(t, 0, sizeof *t);
-    t->w.struct_size = sizeof t->w;
-    t->w.rows = rows;
-    t->w.cols = cols;
-    size_t n = (size_t)(rows * cols);
-    t->ref = malloc(n * sizeof(float));
-    if (bits) {
-        int64_t gs = 32, groups = cols / gs;
-        uint32_t *q = malloc(n / 8 * sizeof(uint32_t));
-        float *sc = malloc((size_t)(rows * groups) * sizeof(float));
-        float *bi = malloc((size_t)(rows * groups) * sizeof(float));
-        for (size_t i = 0; i < n / 8; i++)
-            q[i] = next(s) ^ (next(s) << 16);
-        for (int64_t i = 0; i < rows * groups; i++) {
-            sc[i] = rnd(s) * 0.1f;
-            bi[i] = rnd(s) * 0.5f;
-        }
-        t->w.dtype = LOOM_DTYPE_U32;
-        t->w.bits = bits;
-        t->w.group_size = (int32_t)gs;
-        t->w.scale_dtype = LOOM_DTYPE_F32;
-        t->w.data = t->data = q;
-        t->w.scales = t->scales = sc;
-        t->w.biases = t->biases = bi;
-        for (int64_t r = 0; r < rows; r++)
-            loom_weight_row(&t->w, r, t->ref + r * cols);
-        return;
-    }
-    t->w.dtype = dt;
-    if (dt == LOOM_DTYPE_F32) {
-        float *f = malloc(n * sizeof(float));
-        for (size_t i = 0; i < n; i++)
-            t->ref[i] = f[i] = rnd(s);
-        t->w.data = t->data = f;
-        return;
-    }
-    uint16_t *h = malloc(n * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++) {
-        float v = rnd(s);
-        h[i] = dt == LOOM_DTYPE_BF16 ? loom_f32_to_bf16(v) : loom_f32_to_f16(v);
-        t->ref[i] = dt == LOOM_DTYPE_BF16 ? loom_bf16_to_f32(h[i])
-                                          : loom_f16_to_f32(h[i]);
-    }
-    t->w.data = t->data = h;
-}
-
-static void tw_free(tw *t)
-{
-    free(t->ref);
-    free(t->data);
-    free(t->scales);
-    free(t->biases);
-}
 
 /* Every set the CPU runs on one product: near the float64 reference, the
  * SIMD sets equal to each other, and each token's row equal to the same
@@ -101,7 +26,7 @@ static void check(loom_pool *pool, loom_dtype dt, int bits, int64_t rows,
     tw_make(&t, dt, bits, rows, cols, s);
     float *x = malloc((size_t)(n_tok * cols) * sizeof(float));
     for (int64_t i = 0; i < n_tok * cols; i++)
-        x[i] = rnd(s);
+        x[i] = mm_rnd(s);
     size_t ny = (size_t)(n_tok * rows);
     float *y[3], *one = malloc((size_t)rows * sizeof(float));
     loom_mm_isa best = loom_matmul_isa();
@@ -164,14 +89,14 @@ START_TEST(kernels_match_reference_on_edges)
     for (int d = 0; d < 3; d++)
         for (size_t c = 0; c < sizeof cols / sizeof *cols; c++)
             for (size_t k = 0; k < sizeof toks / sizeof *toks; k++) {
-                int64_t rows = 1 + (int64_t)(next(&s) % 70);
+                int64_t rows = 1 + (int64_t)(mm_next(&s) % 70);
                 check(pool, dts[d], 0, rows, cols[c], toks[k], &s);
             }
     /* random shapes, and enough rows that the pool splits them */
     for (int i = 0; i < 12; i++) {
-        int64_t rows = 1 + (int64_t)(next(&s) % 300);
-        int64_t cc = 1 + (int64_t)(next(&s) % 1500);
-        int64_t nt = 1 + (int64_t)(next(&s) % 20);
+        int64_t rows = 1 + (int64_t)(mm_next(&s) % 300);
+        int64_t cc = 1 + (int64_t)(mm_next(&s) % 1500);
+        int64_t nt = 1 + (int64_t)(mm_next(&s) % 20);
         check(pool, dts[i % 3], 0, rows, cc, nt, &s);
     }
     check(NULL, LOOM_DTYPE_BF16, 0, 67, 700, 9, &s);
@@ -238,7 +163,7 @@ START_TEST(dispatch_follows_cpuid)
     tw_make(&t, LOOM_DTYPE_BF16, 0, 40, 300, &s);
     float x[2 * 300], y0[80], y1[80];
     for (int i = 0; i < 600; i++)
-        x[i] = rnd(&s);
+        x[i] = mm_rnd(&s);
     loom_matmul(NULL, &t.w, x, y0, 2);
     loom_matmul_on(NULL, (loom_mm_isa)(LOOM_MM_AVX512 + 1), &t.w, x, y1, 2);
     ck_assert_int_eq(memcmp(y0, y1, sizeof y0), 0);

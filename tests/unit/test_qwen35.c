@@ -284,69 +284,13 @@ END_TEST
 /* ---------------------------------------------------------------- prompt
  * kernel */
 
-/* 40 rows of one stream in one round (at least LOOM_CPU_PROMPT_MIN_ROWS and
- * no speculative row: the linear layers take host->matmul_prompt) against
- * the same tokens fed one row a round (host->matmul, the decode kernels):
- * the last row's logits within 1e-4 of the largest logit, and the same
- * argmax. Each product of the two kernels is within 2 g s of the other's
- * (core/src/model/matmul_prompt.c: g = 2K 2^-24, about 1e-5 here), and the
- * fixture's few layers keep that well under 1e-4. */
-static void check_prompt_chunk(const char *model)
-{
-    enum { N = 40 };
-    ck_assert_int_ge(N, LOOM_CPU_PROMPT_MIN_ROWS);
-    tm_golden g;
-    tm_read_golden(model, 0, &g);
-    loom_engine *e = tm_open_ok(fixture(model), "qwen35");
-    int32_t V = e->info.vocab, ids[N];
-    for (int i = 0; i < N; i++)
-        ids[i] = g.prompt[(i * 7) % g.n_prompt];
-    float *chunk = malloc((size_t)V * sizeof(float));
-    float *step = malloc((size_t)V * sizeof(float));
-    loom_cache *c = tm_new_cache(e);
-    loom_row rows[N];
-    for (int i = 0; i < N; i++)
-        rows[i] =
-            (loom_row){c, ids[i], i, -1, i == N - 1 ? LOOM_ROW_LOGITS : 0};
-    loom_err err = {{0}};
-    ck_assert_msg(tm_forward(e, rows, N, chunk, &err) == LOOM_OK, "%s",
-                  err.msg);
-    tm_cache_reset(e, &c);
-    for (int i = 0; i < N; i++) {
-        rows[0] =
-            (loom_row){c, ids[i], i, -1, i == N - 1 ? LOOM_ROW_LOGITS : 0};
-        ck_assert_msg(tm_forward(e, rows, 1, i == N - 1 ? step : NULL, &err) ==
-                          LOOM_OK,
-                      "%s", err.msg);
-    }
-    double dmax = 0, lmax = 0;
-    for (int32_t v = 0; v < V; v++) {
-        dmax = fmax(dmax, fabs((double)chunk[v] - step[v]));
-        lmax = fmax(lmax, fabs((double)step[v]));
-    }
-    fprintf(stderr,
-            "%s: prompt chunk vs one-row steps: %.3g of the largest "
-            "logit\n",
-            model, dmax / lmax);
-    ck_assert_msg(dmax <= 1e-4 * lmax,
-                  "%s: prompt chunk differs by %g (max "
-                  "logit %g)",
-                  model, dmax, lmax);
-    ck_assert_int_eq(loom_cpu_argmax(chunk, V), loom_cpu_argmax(step, V));
-    /* the chunk did take the prompt kernels: its bits differ */
-    ck_assert(memcmp(chunk, step, (size_t)V * sizeof(float)) != 0);
-    tm_cache_free(e, c);
-    free(chunk);
-    free(step);
-    loom_engine_close(e);
-}
-
+/* The prompt kernels against the decode kernels: tm_check_prompt_chunk. */
 START_TEST(prompt_chunk_kernels)
 {
-    check_prompt_chunk("models/qwen35-tiny");
-    check_prompt_chunk("models/qwen35-ref2");
-    check_prompt_chunk("models/qwen35-vl-tiny");
-    check_prompt_chunk("models/qwen35-moe-tiny");
+    tm_check_prompt_chunk("models/qwen35-tiny", "qwen35");
+    tm_check_prompt_chunk("models/qwen35-ref2", "qwen35");
+    tm_check_prompt_chunk("models/qwen35-vl-tiny", "qwen35");
+    tm_check_prompt_chunk("models/qwen35-moe-tiny", "qwen35");
 }
 END_TEST
 

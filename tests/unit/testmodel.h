@@ -1,7 +1,7 @@
-/* Helpers shared by the model-family suites (test_qwen35, test_nemotron):
- * an engine over a checkpoint with the plugins of this build, the
- * transformers goldens of tests/fixtures/models/, greedy decoding against
- * them, and copies of a fixture with an edited config.json. */
+/* Helpers shared by the model-family suites (test_qwen35, test_nemotron,
+ * the GPU suites): an engine over a checkpoint with the plugins of this
+ * build, the transformers goldens of tests/fixtures/models/, greedy decoding
+ * against them, and copies of a fixture with an edited config.json. */
 #ifndef LOOM_TESTMODEL_H
 #define LOOM_TESTMODEL_H
 
@@ -11,8 +11,12 @@
 #include <loom/family.h>
 
 /* Opens an engine over checkpoint directory `dir` with this build's plugins:
- * CPU, two threads, `max_context` (0: the model's). Returns NULL on failure,
- * with the status in *rc (when rc is not NULL) and the message in err. */
+ * device `device` (loom_device_kind), two threads, `max_context` (0: the
+ * model's), `max_streams` (0: the default). Returns NULL on failure, with
+ * the status in *rc (when rc is not NULL) and the message in err. */
+loom_engine *tm_open_on(const char *dir, int device, int64_t max_context,
+                        int32_t max_streams, loom_status *rc, loom_err *err);
+/* tm_open_on on the CPU with the default streams. */
 loom_engine *tm_open(const char *dir, int64_t max_context, loom_status *rc,
                      loom_err *err);
 /* tm_open that must succeed, with plugin `plugin` claiming the model. */
@@ -96,6 +100,13 @@ void tm_check_cache_budget(const char *model, const char *plugin);
 /* Row `row` (asking for logits, at its cache's length) with a logits view
  * of device memory: refused with LOOM_ERR_UNSUPPORTED by a CPU model. */
 void tm_check_device_view_refused(loom_engine *e, const loom_row *row);
+
+/* 40 rows of one stream of fixture `model` in one round (the prompt
+ * kernels, host->matmul_prompt) against the same tokens one row a round
+ * (the decode kernels): the last row's logits within 1e-4 of the largest
+ * logit, the same argmax, and bits that differ (the chunk did take the
+ * prompt kernels). */
+void tm_check_prompt_chunk(const char *model, const char *plugin);
 
 /* Copies file `from` to `to` (the test fails when it cannot). */
 void tm_copy_file(const char *from, const char *to);

@@ -1,0 +1,31 @@
+/* Helpers shared by the GPU suites: the probe that skips them where no
+ * driver or device answers, an engine on a device, and the suite run in
+ * this process. */
+#ifndef LOOM_GPUUTIL_H
+#define LOOM_GPUUTIL_H
+
+#include <check.h>
+#include <stdint.h>
+
+#include <loom/cuda_runtime.h>
+#include <loom/engine.h>
+
+/* The exit code ctest reads as "skipped" (SKIP_RETURN_CODE). */
+#define GPU_SKIP 77
+
+/* Probes the driver and a device: 1 with its facts in *facts, else 0 after
+ * printing "skipped: " and the cause. */
+int gpu_probe(loom_cuda_facts *facts);
+
+/* Runs s in this process: the probe initialised the driver here, and a
+ * forked child could not use it. Returns the process exit code. */
+int gpu_run_suite(Suite *s);
+
+/* Opens an engine over checkpoint `dir` with this build's plugins on
+ * `device`, two threads, `max_streams` (0: the default); the test fails
+ * unless it opens, with plugin `plugin` claiming the model (NULL: any),
+ * on `device`. */
+loom_engine *gpu_open(const char *dir, int device, int32_t max_streams,
+                      const char *plugin);
+
+#endif
