@@ -155,7 +155,8 @@ def main():
     with open(os.path.join(out_dir, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(hb)))
         f.write(hb)
-        codes = bytes(rng.getrandbits(8) for _ in range(BLOCK))
+        # the BF16 checkpoint draws nothing for it (its weights stay as they were)
+        codes = bytes(rng.getrandbits(8) for _ in range(BLOCK)) if quant else b""
         for idx, (name, shape, kind) in enumerate(ts):
             n = math.prod(shape)
             if kind.startswith("q4"):

@@ -23,9 +23,7 @@ typedef struct q35_gpu_row {
  * Q35_ATTN_SPLITS per row, each at least Q35_ATTN_CHUNK positions. */
 /* Output rows per warp of the GEMV's 8-token form (SwiGLU: half as many
  * of each of its two weights). */
-#ifndef Q35_GEMV8_RPW
 #define Q35_GEMV8_RPW 4
-#endif
 
 #define Q35_ATTN_SPLITS 32
 #define Q35_ATTN_CHUNK  64

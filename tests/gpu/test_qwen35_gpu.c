@@ -17,7 +17,10 @@
 #include <loom/safetensors.h>
 
 #include "gpuutil.h"
+#include "st_write.h"
+#include "testmodel.h"
 #include "testutil.h"
+#include "variants.h"
 
 #define TOL 2e-2
 
@@ -26,86 +29,6 @@
 static loom_engine *open_dev(const char *dir, int device)
 {
     return gpu_open(dir, device, 0, "qwen35");
-}
-
-typedef struct golden {
-    int32_t prompt[64], n_prompt;
-    int32_t greedy[64], n_greedy;
-    int32_t vocab;
-    float *logits; /* [n_prompt, vocab] */
-} golden;
-
-static void read_golden(const char *model, golden *g)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/golden.json", fixture(model));
-    json_error_t je;
-    json_t *j = json_load_file(path, 0, &je);
-    ck_assert_msg(j != NULL, "%s: %s", path, je.text);
-    json_t *ids = json_object_get(j, "prompt_ids");
-    json_t *gr = json_object_get(j, "greedy");
-    g->n_prompt = (int32_t)json_array_size(ids);
-    g->n_greedy = (int32_t)json_array_size(gr);
-    ck_assert_int_le(g->n_prompt, 64);
-    ck_assert_int_le(g->n_greedy, 64);
-    for (int32_t i = 0; i < g->n_prompt; i++)
-        g->prompt[i] = (int32_t)json_integer_value(json_array_get(ids, i));
-    for (int32_t i = 0; i < g->n_greedy; i++)
-        g->greedy[i] = (int32_t)json_integer_value(json_array_get(gr, i));
-    g->vocab = (int32_t)json_integer_value(json_array_get(
-        json_object_get(json_object_get(j, "logits"), "shape"), 1));
-    json_decref(j);
-    snprintf(path, sizeof path, "%s/logits.f32", fixture(model));
-    size_t n = 0;
-    g->logits = read_f32(path, &n);
-    ck_assert_ptr_nonnull(g->logits);
-    ck_assert_uint_eq(n, (size_t)g->n_prompt * (size_t)g->vocab);
-}
-
-static loom_cache *new_cache(loom_engine *e)
-{
-    loom_cache *c = NULL;
-    loom_err err = {{0}};
-    ck_assert_msg(loom_family_cache_new(&e->family, e->model, &c, &err) ==
-                      LOOM_OK,
-                  "cache_new: %s", err.msg);
-    return c;
-}
-
-/* The model's calls through the family dispatcher, as the lane makes them. */
-static void reset_cache(loom_engine *e, loom_cache **c)
-{
-    loom_err err = {{0}};
-    ck_assert_msg(loom_family_cache_reset(&e->family, e->model, c, &err) ==
-                      LOOM_OK,
-                  "cache_reset: %s", err.msg);
-}
-
-static void free_cache(loom_engine *e, loom_cache *c)
-{
-    loom_family_cache_free(&e->family, e->model, c);
-}
-
-static loom_status commit(loom_engine *e, loom_cache *c, int32_t kept,
-                          loom_err *err)
-{
-    return loom_family_commit(&e->family, e->model, c, kept, err);
-}
-
-static loom_round mk_round(const loom_row *rows, int32_t n)
-{
-    return (loom_round){sizeof(loom_round), sizeof(loom_row), rows, n};
-}
-
-/* Host logits [n, vocab] over `logits` (NULL: no view). */
-static loom_output host_out(float *logits, int64_t n, int64_t vocab)
-{
-    loom_output o;
-    memset(&o, 0, sizeof o);
-    o.struct_size = sizeof o;
-    if (logits)
-        o.logits = loom_view_host_f32(logits, n, vocab);
-    return o;
 }
 
 static loom_status forward(loom_engine *e, const loom_round *r,
@@ -126,9 +49,9 @@ static void feed(loom_engine *e, loom_cache *c, int32_t pos0,
         int32_t k = n - p < chunk ? n - p : chunk;
         for (int32_t i = 0; i < k; i++)
             rows[i] = (loom_row){c, ids[p + i], pos0 + p + i, -1, flags};
-        loom_round r = mk_round(rows, k);
-        loom_output o = host_out(out ? out + (size_t)p * e->info.vocab : NULL,
-                                 k, e->info.vocab);
+        loom_round r = tm_round(rows, k);
+        loom_output o = tm_output(out ? out + (size_t)p * e->info.vocab : NULL,
+                                  k, e->info.vocab, NULL, 0, 0);
         loom_err err = {{0}};
         loom_status st = forward(e, &r, &o, &err);
         ck_assert_msg(st == LOOM_OK, "forward: %s", err.msg);
@@ -156,7 +79,7 @@ static int32_t argmax(const float *x, int32_t n, float *margin)
  * NULL: model's fixture dir); then greedy decoding one row at a time, fed
  * transformers' tokens, each argmax equal to transformers' wherever the
  * top-2 margin exceeds TOL. */
-static void check_model(const char *what, const char *dir, const golden *g)
+static void check_model(const char *what, const char *dir, const tm_golden *g)
 {
     loom_engine *e = open_dev(dir, LOOM_DEVICE_CUDA);
     ck_assert_int_eq(e->info.vocab, g->vocab);
@@ -164,7 +87,7 @@ static void check_model(const char *what, const char *dir, const golden *g)
     size_t cnt = (size_t)P * V;
     float *lg = malloc(cnt * sizeof(float));
     float *lc = malloc(cnt * sizeof(float));
-    loom_cache *c = new_cache(e);
+    loom_cache *c = tm_new_cache(e);
     feed(e, c, 0, g->prompt, P, P, LOOM_ROW_LOGITS, lg);
     double worst = 0;
     for (int32_t t = 0; t < P; t++) {
@@ -187,15 +110,15 @@ static void check_model(const char *what, const char *dir, const golden *g)
         }
         feed(e, c, P + i, &g->greedy[i], 1, 1, LOOM_ROW_LOGITS, row);
     }
-    free_cache(e, c);
+    tm_cache_free(e, c);
     loom_engine_close(e);
 
     loom_engine *ec = open_dev(dir, LOOM_DEVICE_CPU);
-    c = new_cache(ec);
+    c = tm_new_cache(ec);
     feed(ec, c, 0, g->prompt, P, P, LOOM_ROW_LOGITS, lc);
     double vs_cpu = rel_err(lg, lc, cnt);
     ck_assert_msg(vs_cpu < TOL, "%s: GPU vs CPU %g", what, vs_cpu);
-    free_cache(ec, c);
+    tm_cache_free(ec, c);
     loom_engine_close(ec);
     printf("%s: vs transformers %.3g, vs CPU %.3g, %d greedy near-ties\n", what,
            worst, vs_cpu, ties);
@@ -206,8 +129,8 @@ static void check_model(const char *what, const char *dir, const golden *g)
 
 static void check_fixture(const char *model)
 {
-    golden g;
-    read_golden(model, &g);
+    tm_golden g;
+    tm_read_golden(model, 1, &g);
     check_model(model, fixture(model), &g);
     free(g.logits);
 }
@@ -239,8 +162,8 @@ END_TEST
 static void check_window(const char *model, int32_t p, int32_t plain, int32_t k,
                          int32_t j)
 {
-    golden g;
-    read_golden(model, &g);
+    tm_golden g;
+    tm_read_golden(model, 1, &g);
     loom_engine *e = open_dev(fixture(model), LOOM_DEVICE_CUDA);
     int32_t V = g.vocab, n = plain + k;
     ck_assert_int_le(p + n + 1, g.n_prompt);
@@ -252,27 +175,27 @@ static void check_window(const char *model, int32_t p, int32_t plain, int32_t k,
     float *b = malloc((size_t)V * sizeof(float));
     loom_err err = {{0}};
 
-    loom_cache *c = new_cache(e);
+    loom_cache *c = tm_new_cache(e);
     feed(e, c, 0, g.prompt, p, p, 0, NULL);
     loom_row rows[32];
     for (int32_t i = 0; i < n; i++)
         rows[i] = (loom_row){c, win[i], p + i, -1,
                              LOOM_ROW_LOGITS |
                                  (i >= plain ? LOOM_ROW_SPECULATIVE : 0u)};
-    loom_round r = mk_round(rows, n);
-    loom_output o = host_out(lw, n, V);
+    loom_round r = tm_round(rows, n);
+    loom_output o = tm_output(lw, n, V, NULL, 0, 0);
     ck_assert_int_eq(forward(e, &r, &o, &err), LOOM_OK);
-    ck_assert_msg(commit(e, c, j, &err) == LOOM_OK, "%s", err.msg);
+    ck_assert_msg(tm_commit(e, c, j, &err) == LOOM_OK, "%s", err.msg);
     feed(e, c, p + plain + j, &next, 1, 1, LOOM_ROW_LOGITS, a);
 
-    reset_cache(e, &c);
+    tm_cache_reset(e, &c);
     feed(e, c, 0, g.prompt, p, p, 0, NULL);
     feed(e, c, p, win, n, 1, LOOM_ROW_LOGITS, l1);
     ck_assert_msg(memcmp(lw, l1, (size_t)n * V * sizeof(float)) == 0,
                   "%s: a window of %d after %d plain rows differs from "
                   "one-row steps by %g",
                   model, k, plain, rel_err(lw, l1, (size_t)n * V));
-    reset_cache(e, &c);
+    tm_cache_reset(e, &c);
     feed(e, c, 0, g.prompt, p, p, 0, NULL);
     if (plain + j > 0)
         feed(e, c, p, win, plain + j, plain + j, 0, NULL);
@@ -280,7 +203,7 @@ static void check_window(const char *model, int32_t p, int32_t plain, int32_t k,
     ck_assert_msg(memcmp(a, b, (size_t)V * sizeof(float)) == 0,
                   "%s: commit(%d) of %d after %d plain rows differs by %g",
                   model, j, k, plain, rel_err(a, b, (size_t)V));
-    free_cache(e, c);
+    tm_cache_free(e, c);
     loom_engine_close(e);
     free(lw);
     free(l1);
@@ -308,13 +231,14 @@ END_TEST
  * sharing each round with `others` streams of other lengths that feed
  * prompt chunks and steps of their own (interleaved with its rows). Its
  * logits must be bit for bit the same. */
-static void run_shared(loom_engine *e, const golden *g, int others, float *out)
+static void run_shared(loom_engine *e, const tm_golden *g, int others,
+                       float *out)
 {
     int32_t V = g->vocab;
     loom_cache *c[9];
     int32_t len[9];
     for (int s = 0; s <= others; s++) {
-        c[s] = new_cache(e);
+        c[s] = tm_new_cache(e);
         len[s] = 0;
     }
     /* the others start 1 + 2s rows long */
@@ -345,8 +269,8 @@ static void run_shared(loom_engine *e, const golden *g, int others, float *out)
             for (int32_t i = 0; i < 1 + (s + step) % 2; i++, len[s]++)
                 rows[n++] = (loom_row){c[s], g->prompt[(len[s] * 5) % P],
                                        len[s], -1, LOOM_ROW_LOGITS};
-        loom_round r = mk_round(rows, n);
-        loom_output o = host_out(scratch, 64, V);
+        loom_round r = tm_round(rows, n);
+        loom_output o = tm_output(scratch, 64, V, NULL, 0, 0);
         loom_err err = {{0}};
         ck_assert_msg(forward(e, &r, &o, &err) == LOOM_OK, "forward: %s",
                       err.msg);
@@ -365,13 +289,13 @@ static void run_shared(loom_engine *e, const golden *g, int others, float *out)
     }
     free(scratch);
     for (int s = 0; s <= others; s++)
-        free_cache(e, c[s]);
+        tm_cache_free(e, c[s]);
 }
 
 START_TEST(rounds_do_not_mix)
 {
-    golden g;
-    read_golden("models/qwen35-ref2", &g);
+    tm_golden g;
+    tm_read_golden("models/qwen35-ref2", 1, &g);
     ck_assert_int_ge(g.n_prompt, 10);
     loom_engine *e = open_dev(fixture("models/qwen35-ref2"), LOOM_DEVICE_CUDA);
     size_t cnt = (size_t)10 * g.vocab;
@@ -419,17 +343,17 @@ START_TEST(paged_kv_interleaved)
     float *two = malloc(2 * (size_t)V * sizeof(float));
     float *cpu = malloc(cnt * sizeof(float));
     ck_assert(alone && mixed && two && cpu);
-    loom_cache *a = new_cache(e);
+    loom_cache *a = tm_new_cache(e);
     feed(e, a, 0, ids, PAGED_N, 1, LOOM_ROW_LOGITS, alone);
     /* a keeps its pages, so b and c take theirs turn about */
-    loom_cache *b = new_cache(e), *c = new_cache(e);
+    loom_cache *b = tm_new_cache(e), *c = tm_new_cache(e);
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t p = 0; p < PAGED_N; p++) {
             loom_row rows[2] = {
                 {b, ids[p], p, -1, LOOM_ROW_LOGITS},
                 {c, other[p], pass * PAGED_N + p, -1, LOOM_ROW_LOGITS}};
-            loom_round r = mk_round(rows, 2);
-            loom_output o = host_out(two, 2, V);
+            loom_round r = tm_round(rows, 2);
+            loom_output o = tm_output(two, 2, V, NULL, 0, 0);
             loom_err err = {{0}};
             ck_assert_msg(forward(e, &r, &o, &err) == LOOM_OK, "forward: %s",
                           err.msg);
@@ -440,15 +364,15 @@ START_TEST(paged_kv_interleaved)
                       rel_err(mixed, alone, cnt));
         /* b's pages go back; c keeps growing and takes them in the next
          * pass, b new ones */
-        reset_cache(e, &b);
+        tm_cache_reset(e, &b);
     }
-    free_cache(e, a);
-    free_cache(e, b);
-    free_cache(e, c);
+    tm_cache_free(e, a);
+    tm_cache_free(e, b);
+    tm_cache_free(e, c);
     loom_engine_close(e);
 
     loom_engine *h = open_dev(dir, LOOM_DEVICE_CPU);
-    loom_cache *hc = new_cache(h);
+    loom_cache *hc = tm_new_cache(h);
     feed(h, hc, 0, ids, PAGED_N, 35, LOOM_ROW_LOGITS, cpu);
     for (int32_t p = 0; p < PAGED_N; p++)
         ck_assert_msg(
@@ -456,7 +380,7 @@ START_TEST(paged_kv_interleaved)
                 TOL,
             "position %d: %g from the CPU path", p,
             rel_err(alone + (size_t)p * V, cpu + (size_t)p * V, (size_t)V));
-    free_cache(h, hc);
+    tm_cache_free(h, hc);
     loom_engine_close(h);
     free(alone);
     free(mixed);
@@ -470,21 +394,21 @@ END_TEST
  * third replays the graph. Logits bit for bit the same. */
 START_TEST(graphs_replay_exact)
 {
-    golden g;
-    read_golden("models/qwen35-ref2", &g);
+    tm_golden g;
+    tm_read_golden("models/qwen35-ref2", 1, &g);
     loom_engine *e = open_dev(fixture("models/qwen35-ref2"), LOOM_DEVICE_CUDA);
     size_t cnt = (size_t)18 * g.vocab;
     float *l[3];
     for (int run = 0; run < 3; run++) {
         l[run] = malloc(cnt * sizeof(float));
-        loom_cache *c = new_cache(e);
+        loom_cache *c = tm_new_cache(e);
         /* rows 8, then 1, 2, 3, 4: five shapes */
         int32_t at = 0;
         for (int32_t k = 0, n = 8; at + n <= 18; at += n, n = ++k)
             feed(e, c, at, g.prompt + at, n, n, LOOM_ROW_LOGITS,
                  l[run] + (size_t)at * g.vocab);
         ck_assert_int_eq(at, 18);
-        free_cache(e, c);
+        tm_cache_free(e, c);
     }
     ck_assert_double_lt(rel_err(l[0], g.logits, cnt), TOL);
     ck_assert_msg(memcmp(l[0], l[1], cnt * sizeof(float)) == 0,
@@ -504,19 +428,19 @@ START_TEST(close_releases)
     loom_engine *e = open_dev(fixture("models/qwen35-tiny"), LOOM_DEVICE_CUDA);
     const loom_cuda *cu = loom_cuda_table(e->cuda);
     ck_assert_uint_gt(cu->used(cu, LOOM_MEM_WEIGHTS), 0);
-    golden g;
-    read_golden("models/qwen35-tiny", &g);
-    loom_cache *c = new_cache(e);
+    tm_golden g;
+    tm_read_golden("models/qwen35-tiny", 1, &g);
+    loom_cache *c = tm_new_cache(e);
     float *lg = malloc((size_t)12 * g.vocab * sizeof(float));
     /* a window grows the replay log */
     feed(e, c, 0, g.prompt, 3, 3, 0, NULL);
     feed(e, c, 3, g.prompt + 3, 9, 9, LOOM_ROW_LOGITS | LOOM_ROW_SPECULATIVE,
          lg);
     loom_err err = {{0}};
-    ck_assert_int_eq(commit(e, c, 7, &err), LOOM_OK);
-    ck_assert_int_eq(commit(e, c, 1, &err), LOOM_ERR_STATE);
+    ck_assert_int_eq(tm_commit(e, c, 7, &err), LOOM_OK);
+    ck_assert_int_eq(tm_commit(e, c, 1, &err), LOOM_ERR_STATE);
     free(lg);
-    free_cache(e, c);
+    tm_cache_free(e, c);
     loom_family_close(&e->family, e->model);
     e->model = NULL;
     ck_assert_uint_eq(cu->used(cu, LOOM_MEM_USE_COUNT), 0);
@@ -533,8 +457,8 @@ END_TEST
  * the refusals the cache goes on as one fed the kept rows plainly. */
 START_TEST(window_rule)
 {
-    golden g;
-    read_golden("models/qwen35-tiny", &g);
+    tm_golden g;
+    tm_read_golden("models/qwen35-tiny", 1, &g);
     loom_engine *e = open_dev(fixture("models/qwen35-tiny"), LOOM_DEVICE_CUDA);
     int32_t V = g.vocab;
     ck_assert_int_ge(g.n_prompt, 22);
@@ -542,36 +466,36 @@ START_TEST(window_rule)
     float *a = malloc((size_t)V * sizeof(float));
     float *b = malloc((size_t)V * sizeof(float));
     loom_err err = {{0}};
-    loom_cache *c = new_cache(e);
-    ck_assert_int_eq(commit(e, c, 0, &err), LOOM_ERR_STATE);
+    loom_cache *c = tm_new_cache(e);
+    ck_assert_int_eq(tm_commit(e, c, 0, &err), LOOM_ERR_STATE);
     feed(e, c, 0, g.prompt, 4, 4, 0, NULL);
     feed(e, c, 4, g.prompt + 4, 3, 3, LOOM_ROW_LOGITS | LOOM_ROW_SPECULATIVE,
          lg);
     loom_row row = {c, g.prompt[7], 7, -1, 0};
-    loom_round r = mk_round(&row, 1);
-    loom_output o = host_out(NULL, 0, V);
+    loom_round r = tm_round(&row, 1);
+    loom_output o = tm_output(NULL, 0, V, NULL, 0, 0);
     ck_assert_int_eq(forward(e, &r, &o, &err), LOOM_ERR_STATE);
     ck_assert_msg(strstr(err.msg, "not committed") != NULL, "%s", err.msg);
-    ck_assert_int_eq(commit(e, c, 4, &err), LOOM_ERR_RANGE);
-    ck_assert_int_eq(commit(e, c, 1, &err), LOOM_OK);
-    ck_assert_int_eq(commit(e, c, 1, &err), LOOM_ERR_STATE);
+    ck_assert_int_eq(tm_commit(e, c, 4, &err), LOOM_ERR_RANGE);
+    ck_assert_int_eq(tm_commit(e, c, 1, &err), LOOM_OK);
+    ck_assert_int_eq(tm_commit(e, c, 1, &err), LOOM_ERR_STATE);
     /* 17 speculative rows: refused before anything changes */
     loom_row rows[17];
     for (int32_t i = 0; i < 17; i++)
         rows[i] = (loom_row){c, g.prompt[5 + i], 5 + i, -1,
                              LOOM_ROW_LOGITS | LOOM_ROW_SPECULATIVE};
-    r = mk_round(rows, 17);
-    o = host_out(lg, 17, V);
+    r = tm_round(rows, 17);
+    o = tm_output(lg, 17, V, NULL, 0, 0);
     ck_assert_int_eq(forward(e, &r, &o, &err), LOOM_ERR_RANGE);
     feed(e, c, 5, g.prompt + 5, 1, 1, LOOM_ROW_LOGITS, a);
-    loom_cache *d = new_cache(e);
+    loom_cache *d = tm_new_cache(e);
     feed(e, d, 0, g.prompt, 5, 5, 0, NULL);
     feed(e, d, 5, g.prompt + 5, 1, 1, LOOM_ROW_LOGITS, b);
     ck_assert_msg(rel_err(a, b, (size_t)V) < 1e-5,
                   "after the refusals: differs by %g",
                   rel_err(a, b, (size_t)V));
-    free_cache(e, c);
-    free_cache(e, d);
+    tm_cache_free(e, c);
+    tm_cache_free(e, d);
     loom_engine_close(e);
     free(lg);
     free(a);
@@ -585,14 +509,14 @@ END_TEST
  * test reads them back after synchronising the stream itself. */
 START_TEST(device_view)
 {
-    golden g;
-    read_golden("models/qwen35-ref2", &g);
+    tm_golden g;
+    tm_read_golden("models/qwen35-ref2", 1, &g);
     loom_engine *e = open_dev(fixture("models/qwen35-ref2"), LOOM_DEVICE_CUDA);
     const loom_cuda *cu = loom_cuda_table(e->cuda);
     int32_t V = g.vocab, P = g.n_prompt, pitch = V + 8;
     float *host = malloc((size_t)P * V * sizeof(float));
     float *back = malloc((size_t)P * pitch * sizeof(float));
-    loom_cache *c = new_cache(e);
+    loom_cache *c = tm_new_cache(e);
     feed(e, c, 0, g.prompt, P, P, LOOM_ROW_LOGITS, host);
     ck_assert_double_lt(rel_err(host, g.logits, (size_t)P * V), TOL);
     loom_cu_ptr dev = 0;
@@ -601,11 +525,11 @@ START_TEST(device_view)
     ck_assert_int_eq(cu->alloc(cu, LOOM_MEM_SCRATCH, bytes, &dev, &err),
                      LOOM_OK);
     ck_assert_int_eq(cu->memsetD8Async(dev, 0xff, bytes, cu->stream), 0);
-    loom_cache *d = new_cache(e);
+    loom_cache *d = tm_new_cache(e);
     loom_row rows[64];
     for (int32_t i = 0; i < P; i++)
         rows[i] = (loom_row){d, g.prompt[i], i, -1, LOOM_ROW_LOGITS};
-    loom_round r = mk_round(rows, P);
+    loom_round r = tm_round(rows, P);
     loom_output o;
     memset(&o, 0, sizeof o);
     o.struct_size = sizeof o;
@@ -624,8 +548,8 @@ START_TEST(device_view)
             "row %d: the device view differs by %g", t,
             rel_err(back + (size_t)t * pitch, host + (size_t)t * V, (size_t)V));
     cu->free(cu, LOOM_MEM_SCRATCH, dev, bytes);
-    free_cache(e, c);
-    free_cache(e, d);
+    tm_cache_free(e, c);
+    tm_cache_free(e, d);
     loom_engine_close(e);
     free(host);
     free(back);
@@ -637,8 +561,8 @@ END_TEST
  * bit, head and the tapped layers' rows within TOL. */
 START_TEST(target_on_device)
 {
-    golden g;
-    read_golden("models/qwen35-tiny", &g);
+    tm_golden g;
+    tm_read_golden("models/qwen35-tiny", 1, &g);
     loom_engine *eg = open_dev(fixture("models/qwen35-tiny"), LOOM_DEVICE_CUDA);
     loom_engine *ec = open_dev(fixture("models/qwen35-tiny"), LOOM_DEVICE_CPU);
     const loom_target_i *tg =
@@ -674,15 +598,15 @@ START_TEST(target_on_device)
     loom_engine *es[2] = {eg, ec};
     float *outs[2] = {tgv, tcv};
     for (int k = 0; k < 2; k++) {
-        loom_cache *c = new_cache(es[k]);
+        loom_cache *c = tm_new_cache(es[k]);
         loom_row rows[64];
         for (int32_t i = 0; i < P; i++)
             rows[i] = (loom_row){c, g.prompt[i], i, -1, LOOM_ROW_TAP};
-        loom_round r = mk_round(rows, P);
-        loom_output o = host_out(NULL, 0, V);
+        loom_round r = tm_round(rows, P);
+        loom_output o = tm_output(NULL, 0, V, NULL, 0, 0);
         o.taps = loom_view_host_f32(outs[k], P, 2 * H);
         ck_assert_msg(forward(es[k], &r, &o, &err) == LOOM_OK, "%s", err.msg);
-        free_cache(es[k], c);
+        tm_cache_free(es[k], c);
     }
     ck_assert_msg(rel_err(tgv, tcv, nt) < TOL, "taps: GPU vs CPU %g",
                   rel_err(tgv, tcv, nt));
@@ -700,258 +624,12 @@ END_TEST
 
 /* ---------------------------------------------------------------- next */
 
-typedef struct st_entry {
-    char name[160];
-    char dtype[8];
-    int ndim;
-    int64_t shape[4];
-    const void *data;
-    uint64_t nbytes;
-    void *owned;
-} st_entry;
-
-static void st_write(const char *path, const st_entry *t, int n)
-{
-    json_t *h = json_object();
-    uint64_t off = 0;
-    for (int i = 0; i < n; i++) {
-        json_t *shape = json_array();
-        for (int d = 0; d < t[i].ndim; d++)
-            json_array_append_new(shape, json_integer(t[i].shape[d]));
-        json_object_set_new(h, t[i].name,
-                            json_pack("{s:s, s:o, s:[I, I]}", "dtype",
-                                      t[i].dtype, "shape", shape,
-                                      "data_offsets", (json_int_t)off,
-                                      (json_int_t)(off + t[i].nbytes)));
-        off += t[i].nbytes;
-    }
-    char *hs = json_dumps(h, JSON_COMPACT);
-    size_t hl = strlen(hs), padded = (hl + 7) / 8 * 8;
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    uint64_t len = padded;
-    fwrite(&len, 8, 1, f);
-    fwrite(hs, 1, hl, f);
-    for (size_t i = hl; i < padded; i++)
-        fputc(' ', f);
-    for (int i = 0; i < n; i++)
-        ck_assert_uint_eq(fwrite(t[i].data, 1, t[i].nbytes, f), t[i].nbytes);
-    fclose(f);
-    free(hs);
-    json_decref(h);
-}
-
-static int st_find(const st_entry *t, int n, const char *name)
-{
-    for (int i = 0; i < n; i++)
-        if (!strcmp(t[i].name, name))
-            return i;
-    ck_abort_msg("no tensor %s", name);
-    return -1;
-}
-
-static void copy_file(const char *from, const char *to)
-{
-    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
-    ck_assert_ptr_nonnull(in);
-    ck_assert_ptr_nonnull(out);
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
-        ck_assert_uint_eq(fwrite(buf, 1, n, out), n);
-    fclose(in);
-    ck_assert_int_eq(fclose(out), 0);
-}
-
-/* qwen35-tiny as a Qwen3-Next checkpoint (test_qwen35's stand-in): fused
- * in_proj_qkvz / in_proj_ba grouped by key head; with `moe`, every layer
- * but 1 a sparse block of 4 copies of the dense MLP with halved down
- * projections (top 2, renormalised: half the MLP) plus the dense MLP as a
- * shared expert behind a zero gate (sigmoid 0.5: the other half). It
- * computes qwen35-tiny's function, so transformers' logits still hold. */
-static const char *make_next(int moe)
-{
-    const char *t = "models/qwen35-tiny";
-    loom_st *st = NULL;
-    loom_err err;
-    ck_assert_int_eq(loom_st_open_dir(fixture(t), &st, &err), LOOM_OK);
-    int n = (int)loom_st_count(st), m = 0;
-    st_entry *ents = calloc((size_t)n, sizeof *ents);
-    st_entry *out = calloc(256, sizeof *out);
-    for (int i = 0; i < n; i++) {
-        const loom_tensor *x = loom_st_at(st, (size_t)i);
-        snprintf(ents[i].name, sizeof ents[i].name, "%s", x->name);
-        snprintf(ents[i].dtype, sizeof ents[i].dtype, "%s",
-                 loom_dtype_name(x->dtype));
-        ents[i].ndim = x->ndim;
-        for (int d = 0; d < x->ndim; d++)
-            ents[i].shape[d] = x->shape[d];
-        ents[i].data = x->data;
-        ents[i].nbytes = x->nbytes;
-    }
-    const int64_t Hk = 2, Hv = 4, dk = 16, dv = 16, H = 64, r = Hv / Hk;
-    const int64_t kd = Hk * dk, vd = Hv * dv, E = 4;
-    int emb = st_find(ents, n, "model.embed_tokens.weight");
-    for (int i = 0; i < n; i++) {
-        const char *nm = ents[i].name;
-        int layer = -1;
-        char proj[16] = "";
-        if (moe &&
-            sscanf(nm, "model.layers.%d.mlp.%15[a-z]_proj", &layer, proj) ==
-                2 &&
-            layer != 1) {
-            if (strcmp(proj, "gate") != 0)
-                continue;
-            char gn[160], un[160], dn[160];
-            snprintf(gn, sizeof gn, "model.layers.%d.mlp.gate_proj.weight",
-                     layer);
-            snprintf(un, sizeof un, "model.layers.%d.mlp.up_proj.weight",
-                     layer);
-            snprintf(dn, sizeof dn, "model.layers.%d.mlp.down_proj.weight",
-                     layer);
-            const st_entry *ge = &ents[st_find(ents, n, gn)];
-            const st_entry *ue = &ents[st_find(ents, n, un)];
-            const st_entry *de = &ents[st_find(ents, n, dn)];
-            st_entry router = ents[emb];
-            snprintf(router.name, sizeof router.name,
-                     "model.layers.%d.mlp.gate.weight", layer);
-            router.shape[0] = E;
-            router.data = (const uint16_t *)router.data + layer * 997;
-            router.nbytes = (uint64_t)(E * H) * 2;
-            out[m++] = router;
-            size_t dn_n = de->nbytes / 2;
-            uint16_t *half = malloc(de->nbytes);
-            for (size_t q = 0; q < dn_n; q++)
-                half[q] = loom_f32_to_bf16(
-                    0.5f * loom_bf16_to_f32(((const uint16_t *)de->data)[q]));
-            for (int64_t e = 0; e < E; e++) {
-                st_entry x = *ge;
-                snprintf(x.name, sizeof x.name,
-                         "model.layers.%d.mlp.experts.%d.gate_proj.weight",
-                         layer, (int)e);
-                out[m++] = x;
-                x = *ue;
-                snprintf(x.name, sizeof x.name,
-                         "model.layers.%d.mlp.experts.%d.up_proj.weight", layer,
-                         (int)e);
-                out[m++] = x;
-                x = *de;
-                snprintf(x.name, sizeof x.name,
-                         "model.layers.%d.mlp.experts.%d.down_proj.weight",
-                         layer, (int)e);
-                x.data = half;
-                x.owned = e == 0 ? half : NULL;
-                out[m++] = x;
-            }
-            const st_entry *src[3] = {ge, ue, de};
-            const char *nms[3] = {"gate", "up", "down"};
-            for (int k = 0; k < 3; k++) {
-                st_entry x = *src[k];
-                snprintf(x.name, sizeof x.name,
-                         "model.layers.%d.mlp.shared_expert.%s_proj.weight",
-                         layer, nms[k]);
-                out[m++] = x;
-            }
-            st_entry sg = *ge;
-            snprintf(sg.name, sizeof sg.name,
-                     "model.layers.%d.mlp.shared_expert_gate.weight", layer);
-            sg.shape[0] = 1;
-            sg.nbytes = (uint64_t)H * 2;
-            sg.data = sg.owned = calloc((size_t)H, 2);
-            out[m++] = sg;
-            continue;
-        }
-        if (strstr(nm, "in_proj_z") || strstr(nm, "in_proj_b.") ||
-            strstr(nm, "in_proj_a."))
-            continue;
-        if (!strstr(nm, "in_proj_qkv.")) {
-            out[m++] = ents[i];
-            continue;
-        }
-        char base[120], zn[200], bn[200], an[200];
-        snprintf(base, sizeof base, "%.*s",
-                 (int)(strstr(nm, "in_proj_qkv") - nm), nm);
-        snprintf(zn, sizeof zn, "%sin_proj_z.weight", base);
-        snprintf(bn, sizeof bn, "%sin_proj_b.weight", base);
-        snprintf(an, sizeof an, "%sin_proj_a.weight", base);
-        const uint16_t *qkv = ents[i].data;
-        const uint16_t *z = ents[st_find(ents, n, zn)].data;
-        const uint16_t *b = ents[st_find(ents, n, bn)].data;
-        const uint16_t *a = ents[st_find(ents, n, an)].data;
-        int64_t rows = 2 * kd + 2 * vd, gw = 2 * dk + 2 * r * dv;
-        uint16_t *f = malloc((size_t)(rows * H) * 2);
-        for (int64_t gi = 0; gi < Hk; gi++) {
-            uint16_t *g0 = f + gi * gw * H;
-            memcpy(g0, qkv + gi * dk * H, (size_t)(dk * H) * 2);
-            memcpy(g0 + dk * H, qkv + (kd + gi * dk) * H, (size_t)(dk * H) * 2);
-            memcpy(g0 + 2 * dk * H, qkv + (2 * kd + gi * r * dv) * H,
-                   (size_t)(r * dv * H) * 2);
-            memcpy(g0 + (2 * dk + r * dv) * H, z + gi * r * dv * H,
-                   (size_t)(r * dv * H) * 2);
-        }
-        uint16_t *ba = malloc((size_t)(2 * Hv * H) * 2);
-        for (int64_t gi = 0; gi < Hk; gi++) {
-            memcpy(ba + gi * 2 * r * H, b + gi * r * H, (size_t)(r * H) * 2);
-            memcpy(ba + (gi * 2 * r + r) * H, a + gi * r * H,
-                   (size_t)(r * H) * 2);
-        }
-        st_entry q = ents[i];
-        snprintf(q.name, sizeof q.name, "%sin_proj_qkvz.weight", base);
-        q.shape[0] = rows;
-        q.data = q.owned = f;
-        q.nbytes = (uint64_t)(rows * H) * 2;
-        out[m++] = q;
-        st_entry e2 = ents[i];
-        snprintf(e2.name, sizeof e2.name, "%sin_proj_ba.weight", base);
-        e2.shape[0] = 2 * Hv;
-        e2.data = e2.owned = ba;
-        e2.nbytes = (uint64_t)(2 * Hv * H) * 2;
-        out[m++] = e2;
-    }
-    ck_assert_int_le(m, 256);
-    const char *dir = temp_dir();
-    ck_assert_ptr_nonnull(dir);
-    char path[1024], src[1024];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    st_write(path, out, m);
-    for (int i = 0; i < m; i++)
-        free(out[i].owned);
-    free(out);
-    free(ents);
-    loom_st_close(st);
-    snprintf(src, sizeof src, "%s/generation_config.json", fixture(t));
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    copy_file(src, path);
-    /* config.json: qwen35-tiny's with the Qwen3-Next keys */
-    snprintf(src, sizeof src, "%s/config.json", fixture(t));
-    json_error_t je;
-    json_t *cfg = json_load_file(src, 0, &je);
-    ck_assert_ptr_nonnull(cfg);
-    json_t *ed = json_loads(
-        moe ? "{\"model_type\": \"qwen3_next\", \"architectures\": "
-              "[\"Qwen3NextForCausalLM\"], \"num_experts\": 4, "
-              "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 160, "
-              "\"shared_expert_intermediate_size\": 160, "
-              "\"norm_topk_prob\": true, \"decoder_sparse_step\": 1, "
-              "\"mlp_only_layers\": [1]}"
-            : "{\"model_type\": \"qwen3_next\", \"architectures\": "
-              "[\"Qwen3NextForCausalLM\"], \"num_experts\": 0}",
-        0, &je);
-    ck_assert_ptr_nonnull(ed);
-    json_object_update(cfg, ed);
-    json_decref(ed);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    ck_assert_int_eq(json_dump_file(cfg, path, JSON_INDENT(1)), 0);
-    json_decref(cfg);
-    return dir;
-}
-
 static void check_next(int moe)
 {
-    golden g;
-    read_golden("models/qwen35-tiny", &g);
+    tm_golden g;
+    tm_read_golden("models/qwen35-tiny", 1, &g);
     check_model(moe ? "qwen3-next moe stand-in" : "qwen3-next stand-in",
-                make_next(moe), &g);
+                fv_qwen3_next(moe), &g);
     free(g.logits);
 }
 
@@ -968,38 +646,6 @@ START_TEST(qwen3_next_moe)
 END_TEST
 
 /* ---------------------------------------------------------------- affine */
-
-/* MLX affine quantization of a BF16 [rows, cols] tensor, groups of 64:
- * per group scale = (max - min) / (2^bits - 1) and bias = min, both BF16,
- * q = round((v - bias) / scale) clamped, packed LSB first (bits 4 or 8). */
-static void quantize(const loom_tensor *x, int bits, uint32_t *q, uint16_t *sc,
-                     uint16_t *bi)
-{
-    int64_t rows = x->shape[0], cols = x->shape[1], G = cols / 64;
-    const uint16_t *w = x->data;
-    int top = (1 << bits) - 1, per = 32 / bits;
-    memset(q, 0, (size_t)(rows * cols / per) * 4);
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t g = 0; g < G; g++) {
-            float lo = INFINITY, hi = -INFINITY;
-            for (int64_t k = 0; k < 64; k++) {
-                float v = loom_bf16_to_f32(w[r * cols + g * 64 + k]);
-                lo = fminf(lo, v);
-                hi = fmaxf(hi, v);
-            }
-            sc[r * G + g] = loom_f32_to_bf16((hi - lo) / (float)top);
-            bi[r * G + g] = loom_f32_to_bf16(lo);
-            float s = loom_bf16_to_f32(sc[r * G + g]);
-            float b = loom_bf16_to_f32(bi[r * G + g]);
-            for (int64_t k = 0; k < 64; k++) {
-                int64_t c = g * 64 + k;
-                float v = loom_bf16_to_f32(w[r * cols + c]);
-                long e = s > 0 ? lroundf((v - b) / s) : 0;
-                e = e < 0 ? 0 : e > top ? top : e;
-                q[(r * cols + c) / per] |= (uint32_t)e << (bits * (c % per));
-            }
-        }
-}
 
 /* qwen35-tiny with every 2-D weight 64 columns or more wide (embedding,
  * projections) MLX affine-quantized to `bits`, in a temporary directory. */
@@ -1028,7 +674,7 @@ static const char *make_affine(int bits)
         uint32_t *q = malloc((size_t)(rows * cols * bits / 8));
         uint16_t *sc = malloc((size_t)(rows * cols / 64) * 2);
         uint16_t *bi = malloc((size_t)(rows * cols / 64) * 2);
-        quantize(x, bits, q, sc, bi);
+        fv_affine(x->data, rows, cols, bits, q, sc, bi, NULL);
         snprintf(e->dtype, sizeof e->dtype, "U32");
         e->shape[1] = cols * bits / 32;
         e->nbytes = (uint64_t)(rows * cols * bits / 8);
@@ -1077,25 +723,25 @@ static const char *make_affine(int bits)
  * quantization changed the function (not a BF16 model in disguise). */
 START_TEST(affine4_matches_cpu)
 {
-    golden g;
-    read_golden("models/qwen35-tiny", &g);
+    tm_golden g;
+    tm_read_golden("models/qwen35-tiny", 1, &g);
     const char *dir = make_affine(4);
     int32_t V = g.vocab, P = g.n_prompt;
     size_t cnt = (size_t)P * V;
     float *lg = malloc(cnt * sizeof(float)), *lc = malloc(cnt * sizeof(float));
     float *steps = malloc(cnt * sizeof(float));
     loom_engine *e = open_dev(dir, LOOM_DEVICE_CUDA);
-    loom_cache *c = new_cache(e);
+    loom_cache *c = tm_new_cache(e);
     feed(e, c, 0, g.prompt, P, P, LOOM_ROW_LOGITS, lg);
-    loom_cache *d = new_cache(e);
+    loom_cache *d = tm_new_cache(e);
     feed(e, d, 0, g.prompt, P, 1, LOOM_ROW_LOGITS, steps);
-    free_cache(e, c);
-    free_cache(e, d);
+    tm_cache_free(e, c);
+    tm_cache_free(e, d);
     loom_engine_close(e);
     loom_engine *ec = open_dev(dir, LOOM_DEVICE_CPU);
-    c = new_cache(ec);
+    c = tm_new_cache(ec);
     feed(ec, c, 0, g.prompt, P, P, LOOM_ROW_LOGITS, lc);
-    free_cache(ec, c);
+    tm_cache_free(ec, c);
     loom_engine_close(ec);
     double vs_cpu = rel_err(lg, lc, cnt), vs_steps = rel_err(lg, steps, cnt);
     double vs_bf16 = rel_err(lc, g.logits, cnt);

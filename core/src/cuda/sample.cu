@@ -326,17 +326,11 @@ __device__ static void logprobs(const float *raw, int32_t V, int32_t token,
 
 // ---------------------------------------------------------------- kernels
 
-// A row that is a plain argmax: temperature 0, no bias, no penalty that
-// changes a logit, a vocabulary of 256 or more. Its argmax is split over blocks (one block cannot read
-// the vocabulary at the memory's rate), each block's best kept in `part`.
+// one block cannot read the vocabulary at the memory's rate: a plain argmax
+// row (loom__ds_plain_argmax) keeps each block's best in `part`
 __device__ static bool plain_argmax(const loom__ds_row &r, int32_t V)
 {
-    // the parts live in the row's mass buffer (V doubles)
-    if (V < 2 * LOOM__DS_PARTS)
-        return false;
-    bool pen = r.n_pen > 0 && (r.repeat_penalty != 1.0f || r.presence != 0.0f ||
-                               r.frequency != 0.0f);
-    return r.temperature == 0.0f && r.n_bias == 0 && !pen;
+    return loom__ds_plain_argmax(&r, V) != 0;
 }
 
 struct part_best {

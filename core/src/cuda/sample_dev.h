@@ -23,6 +23,25 @@ typedef struct loom__ds_row {
     int32_t pad;
 } loom__ds_row;
 
+#ifdef __CUDACC__
+#define LOOM__DS_HD __host__ __device__
+#else
+#define LOOM__DS_HD
+#endif
+
+/* A row that is a plain argmax: temperature 0, no bias, no penalty that
+ * changes a logit, a vocabulary of 2 * LOOM__DS_PARTS or more (the parts
+ * live in the row's mass buffer of V doubles). Its argmax is split over
+ * LOOM__DS_PARTS blocks; the host skips that launch when no row is one. */
+static inline LOOM__DS_HD int loom__ds_plain_argmax(const loom__ds_row *r,
+                                                    int32_t V)
+{
+    int pen = r->n_pen > 0 && (r->repeat_penalty != 1.0f ||
+                               r->presence != 0.0f || r->frequency != 0.0f);
+    return V >= 2 * LOOM__DS_PARTS && r->temperature == 0.0f &&
+           r->n_bias == 0 && !pen;
+}
+
 typedef struct loom__ds_bias {
     int32_t token;
     float bias;

@@ -238,10 +238,15 @@ static loom_status run(loom_cuda_sampler *s, loom_cu_ptr logits, int64_t ld,
     int32_t V = s->vocab;
     void *args[] = {&d_rows, &logits,    &ld,        &V,     &d_bias,
                     &d_pen,  &s->d_work, &s->d_mass, &d_outs};
+    const loom__ds_row *hrows = (const loom__ds_row *)(s->h_in + s->o_rows);
+    int plain = 0;
+    for (int32_t i = 0; i < n && !plain; i++)
+        plain = loom__ds_plain_argmax(&hrows[i], V);
     void *pargs[] = {&d_rows, &logits, &ld, &V, &s->d_mass};
-    CK(cu->launchKernel(s->f_part, (unsigned)n, LOOM__DS_PARTS, 1,
-                        LOOM__DS_THREADS, 1, 1, 0, stream, pargs, NULL),
-       "device sampler: loom_sample_argmax_part");
+    if (plain)
+        CK(cu->launchKernel(s->f_part, (unsigned)n, LOOM__DS_PARTS, 1,
+                            LOOM__DS_THREADS, 1, 1, 0, stream, pargs, NULL),
+           "device sampler: loom_sample_argmax_part");
     CK(cu->launchKernel(s->f_rows, (unsigned)n, 1, 1, LOOM__DS_THREADS, 1, 1, 0,
                         stream, args, NULL),
        "device sampler: loom_sample_rows");

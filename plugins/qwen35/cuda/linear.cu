@@ -345,13 +345,8 @@ q35_gemv_body(const W *w, const W *w2, const float *x, int ldx, float *y,
                                      ldy, mode);
 }
 
-// blocks per SM the register budget is cut for
-#ifndef Q35_GEMV_MINB
-#define Q35_GEMV_MINB 1
-#endif
-
 #define Q35_GEMV(name, W, NT, RPW, GLU)                                        \
-    extern "C" __global__ void __launch_bounds__(256, Q35_GEMV_MINB) name(     \
+    extern "C" __global__ void __launch_bounds__(256) name(                    \
         const W *w, const W *w2, const float *x, int ldx, float *y, int ldy,   \
         int rows, int cols, int T, int mode, const int *sel, int sel_stride,   \
         long long estride, int wpr, const float *nw, float eps)                \
