@@ -6,6 +6,7 @@
 #include "gpu.h"
 
 #include <loom/fatbin.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 loom_status q35_gpu_check(const q35_gpu *g, loom_cu_result r, const char *what,
@@ -88,6 +89,13 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     Q35_FN(next_split, "q35_next_split");
     Q35_FN(moe_route, "q35_moe_route");
     Q35_FN(moe_axpy, "q35_moe_axpy");
+    Q35_FN(to_bf16, "q35_to_bf16");
+    Q35_FN(swiglu, "q35_swiglu");
+    Q35_FN(conv_chunk, "q35_conv_chunk");
+    Q35_FN(gdnc_prep, "q35_gdnc_prep");
+    Q35_FN(gdnc_rec, "q35_gdnc_rec");
+    Q35_FN(gdnc_norm, "q35_gdnc_norm");
+    Q35_FN(attn_chunk, "q35_attn_chunk");
 #undef Q35_FN
     for (int i = 0; i < n; i++) {
         loom_cu_result r =
@@ -420,30 +428,18 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
                                         : splits;
     g->attn_splits = (int)splits;
     /* floats of each buffer, in the order of the members */
-    int64_t sizes[] = {R * H,
-                       R * H,
-                       R * big,
-                       R * big,
-                       R * big,
-                       R * cd,
-                       R * ow,
-                       R * vd,
-                       R * Hv,
-                       R * Hv,
-                       R * E,
-                       R * K,
-                       R * K,
-                       R * H,
-                       R * H,
-                       R,
-                       R * (int64_t)(sizeof(q35_gpu_row) / 4),
+    int64_t sizes[] = {R * H, R * H, R * big, R * big, R * big, R * cd, R * ow,
+                       R * vd, R * Hv, R * Hv, R * E, R * K, R * K, R * H,
+                       R * H, R, R * (int64_t)(sizeof(q35_gpu_row) / 4),
                        R * (int64_t)(sizeof(q35_gpu_stream) / 4),
-                       R * G->n_heads * splits * (G->head_dim + 2)};
-    loom_cu_ptr *dst[] = {&s->h,    &s->xn,       &s->big0, &s->big1,
-                          &s->big2, &s->conv_out, &s->o,    &s->z,
-                          &s->b,    &s->a,        &s->prob, &s->sel,
-                          &s->wsel, &s->gout,     &s->proj, &s->shg,
-                          &s->rows, &s->streams,  &s->part};
+                       R * G->n_heads * splits * (G->head_dim + 2),
+                       /* prompt chunks: BF16 rows, the up product */
+                       g->gemm ? (R * big + 1) / 2 : 0, g->gemm ? R * big : 0};
+    loom_cu_ptr *dst[] = {
+        &s->h,    &s->xn,   &s->big0, &s->big1, &s->big2, &s->conv_out,
+        &s->o,    &s->z,    &s->b,    &s->a,    &s->prob, &s->sel,
+        &s->wsel, &s->gout, &s->proj, &s->shg,  &s->rows, &s->streams,
+        &s->part, &s->xb,   &s->gup};
     int n = (int)(sizeof sizes / sizeof *sizes);
     uint64_t total = 0;
     for (int i = 0; i < n; i++)
@@ -459,7 +455,7 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
         off += ((uint64_t)sizes[i] * 4 + 255) / 256 * 256;
     }
     int64_t host = R * (int64_t)(sizeof *g->rows + sizeof *g->dstreams +
-                                 sizeof *g->dev_of);
+                                 sizeof *g->dev_of + sizeof *g->pc);
     st = m->host->account(m->host, LOOM_MEM_HOST, LOOM_MEM_SCRATCH, host, err);
     if (st != LOOM_OK)
         return st;
@@ -467,12 +463,40 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
     g->rows = malloc((size_t)R * sizeof *g->rows);
     g->dstreams = malloc((size_t)R * sizeof *g->dstreams);
     g->dev_of = malloc((size_t)R * sizeof *g->dev_of);
-    if (!g->rows || !g->dstreams || !g->dev_of)
+    g->pc = malloc((size_t)R * sizeof *g->pc);
+    if (!g->rows || !g->dstreams || !g->dev_of || !g->pc)
         return loom_err_set(err, LOOM_ERR_NOMEM, "qwen35: no memory");
     return LOOM_OK;
 }
 
 /* ---------------------------------------------------------------- open */
+
+/* Prompt chunks take tensor-core products when the host has them (no
+ * cuBLASLt, or LOOM_CUBLASLT naming none: every row on loom's own kernels)
+ * and the MLP weights are BF16; products of other weights keep their
+ * kernels. */
+static void q35_gpu_gemm_open(loom_model *m)
+{
+    q35_gpu *g = m->gpu;
+    const loom_cuda *cu = g->cu;
+    if (!LOOM_HAS_FIELD(cu->struct_size, loom_cuda, gemm_bf16) ||
+        !cu->gemm_bf16)
+        return;
+    int bf16 = 0;
+    for (int64_t i = 0; i < m->g.n_layers; i++)
+        bf16 |= g->layers[i].gate.dtype == LOOM_DTYPE_BF16 &&
+                !g->layers[i].gate.bits;
+    if (!bf16)
+        return;
+    loom_err err = {{0}};
+    if (cu->gemm_bf16(cu, 0, 0, 0, 0, 0, 0, 0, 0.0f, &err) != LOOM_OK) {
+        m->host->log(m->host, LOOM_LOG_INFO,
+                     "qwen35 cuda: %s; prompt chunks use the decode kernels",
+                     err.msg);
+        return;
+    }
+    g->gemm = 1;
+}
 
 void q35_gpu_close(loom_model *m)
 {
@@ -500,6 +524,7 @@ void q35_gpu_close(loom_model *m)
     free(g->rows);
     free(g->dstreams);
     free(g->dev_of);
+    free(g->pc);
     free(g->maps);
     free(g);
     m->gpu = NULL;
@@ -531,7 +556,7 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
         return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
                             "qwen35: --device cuda, but the host has no CUDA "
                             "device");
-    if (cu->struct_size < sizeof(loom_cuda))
+    if (cu->struct_size < offsetof(loom_cuda, gemm_bf16))
         return loom_err_set(err, LOOM_ERR_ABI,
                             "qwen35: the host's loom.cuda/1 table is %u "
                             "bytes, older than the %zu this plugin needs",
@@ -560,6 +585,24 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
     g->pdl = cu->cc_major >= 9 && cu->launchKernelEx != NULL;
     g->gdn_threads =
         (unsigned)((G->lin_dk + 31) / 32 * ((G->lin_dv + 31) / 32 * 32));
+    /* the chunk recurrence splits dk into 1, 2, 4 or 8 parts of a warp;
+     * its norm is a block of dv threads; its prep a warp per q and k head */
+    int64_t parts = (G->lin_dk + Q35_GDNC_PART - 1) / Q35_GDNC_PART;
+    g->gdn_chunk = (parts == 1 || parts == 2 || parts == 4 || parts == 8) &&
+                   G->lin_dk % 4 == 0 && G->lin_dv <= 1024 &&
+                   2 * G->lin_k_heads <= 32 &&
+                   G->conv_kernel - 1 <= Q35_PROMPT_MIN_ROWS;
+    /* the chunk attention: head_dim a multiple of 4 up to 256, its tiles
+     * in shared memory (16 query rows, 32 keys of K padded, 32 of V) */
+    uint64_t smem = (uint64_t)(16 * G->head_dim + 32 * (G->head_dim + 4) +
+                               32 * G->head_dim) *
+                    4;
+    if (m->n_attn > 0 && G->head_dim <= 256 && G->head_dim % 4 == 0 &&
+        smem <= cu->smem_per_block_optin &&
+        cu->funcSetAttribute(g->fn.attn_chunk, 8, (int)smem) == 0) {
+        g->attn_chunk = 1;
+        g->attn_chunk_smem = (unsigned)smem;
+    }
     g->lay = (q35_gpu_log){(int32_t)m->log.conv, (int32_t)m->log.k,
                            (int32_t)m->log.v,    (int32_t)m->log.decay,
                            (int32_t)m->log.beta, (int32_t)m->log.size};
@@ -575,6 +618,7 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
     q35_place_weights(m, &a);
     if ((st = a.st) != LOOM_OK)
         goto fail;
+    q35_gpu_gemm_open(m);
     if ((st = q35_gpu_scratch_alloc(m, err)) != LOOM_OK)
         goto fail;
     if ((st = q35_gpu_pool_open(m, max_streams, err)) != LOOM_OK)

@@ -47,6 +47,8 @@ typedef struct q35_gpu_fns {
     loom_cu_function gdn_rec, gdn_replay;
     loom_cu_function attn_prep, attention, attn_combine;
     loom_cu_function gather, add, next_split, moe_route, moe_axpy;
+    loom_cu_function to_bf16, swiglu; /* prompt chunks (prompt.cu) */
+    loom_cu_function conv_chunk, gdnc_prep, gdnc_rec, gdnc_norm, attn_chunk;
 } q35_gpu_fns;
 
 /* Device activations for max_rows rows. */
@@ -57,6 +59,8 @@ typedef struct q35_gpu_scratch {
     loom_cu_ptr prob, sel, wsel, gout, proj, shg;
     loom_cu_ptr rows, streams;
     loom_cu_ptr part; /* attention's splits: [R][n_heads][splits][hd + 2] */
+    loom_cu_ptr xb;   /* a prompt chunk's product input as BF16 */
+    loom_cu_ptr gup;  /* its SwiGLU's second product */
     loom_cu_ptr logits, taps, maps; /* grown on demand */
     uint64_t logits_bytes, taps_bytes, maps_bytes;
 } q35_gpu_scratch;
@@ -66,6 +70,12 @@ typedef struct q35_gpu_scratch {
  * row and stream tables, the caches they point to) lives in device memory
  * the graph reads at replay. */
 #define Q35_GRAPHS 32
+
+/* A stream's rows of a round are a prompt chunk when it has no speculative
+ * row and at least this many rows: its products may take tensor cores
+ * (within a tolerance of the decode kernels, whose rows are bit-identical
+ * to each other in every round). */
+#define Q35_PROMPT_MIN_ROWS 32
 typedef struct q35_graph {
     int32_t T, ns, n_logits, n_tap;
     int seen; /* ran uncaptured once: capture on the next */
@@ -104,8 +114,15 @@ typedef struct q35_gpu {
     q35_gpu_log lay; /* the replay log's layout */
     q35_graph graphs[Q35_GRAPHS];
     int n_graphs;
-    int no_graphs; /* capture failed once: run uncaptured from then on */
-    int pdl;       /* launches may overlap their predecessor's tail (sm_90) */
+    int no_graphs;  /* capture failed once: run uncaptured from then on */
+    int pdl;        /* launches may overlap their predecessor's tail (sm_90) */
+    int gemm;       /* prompt chunks take cu->gemm_bf16 */
+    int gdn_chunk;  /* ... and the chunk kernels of conv and the delta rule */
+    int attn_chunk; /* ... and of attention (q35_attn_chunk) */
+    unsigned attn_chunk_smem; /* its dynamic shared memory */
+    /* the round's prompt chunks (Q35_PROMPT_MIN_ROWS rows or more, no
+     * speculative row): their streams, placed after every other row */
+    int32_t *pc, n_pc, pc_row0;
     /* per-round host tables (the rows by stream are m->plan's) */
     int32_t *dev_of; /* [max_rows] round row -> device row */
     int32_t *maps;   /* the output maps, grown with the taps */

@@ -76,11 +76,12 @@ static int q35_wpr(int rows, int cols)
 
 /* y = W x over T rows (mode 0), y += W x (1), or y = silu(W x) * (W2 x)
  * (2); with sel, row t uses expert sel[t * sel_stride] of W (and W2); with
- * nw, x is the residual stream and the product reads RMSNorm(x) * nw. */
-static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
-                           const q35_gpu_lin *w2, loom_cu_ptr x, int ldx,
-                           loom_cu_ptr y, int ldy, int T, int mode,
-                           loom_cu_ptr sel, int sel_stride, loom_cu_ptr nw)
+ * nw, x is the residual stream and the product reads RMSNorm(x) * nw. The
+ * decode kernels: each row's result the same in every launch. */
+static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
+                                const q35_gpu_lin *w2, loom_cu_ptr x, int ldx,
+                                loom_cu_ptr y, int ldy, int T, int mode,
+                                loom_cu_ptr sel, int sel_stride, loom_cu_ptr nw)
 {
     loom_cu_ptr wp = w->p, w2p = w2 ? w2->p : 0;
     int rows = w->rows, cols = w->cols;
@@ -143,6 +144,66 @@ static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
         (unsigned)(T + tile - 1) / tile, 256, 0, args, "q35_linear", R->err);
 }
 
+/* The same product for one prompt chunk's n rows on tensor cores: the rows
+ * as BF16 (normed first with nw), then D = W x (+ D for mode 1) in float32,
+ * and for SwiGLU the second product and silu(g) * u. */
+static loom_status q35_lin_gemm(const q35_run *R, const q35_gpu_lin *w,
+                                const q35_gpu_lin *w2, loom_cu_ptr x, int ldx,
+                                loom_cu_ptr y, int ldy, int n, int mode,
+                                loom_cu_ptr nw)
+{
+    q35_gpu *g = R->g;
+    const loom_cuda *cu = g->cu;
+    int cols = w->cols;
+    float eps = (float)R->m->g.eps;
+    loom_cu_ptr xb = g->s.xb;
+    Q35_LAUNCH(to_bf16, n, 1, 256, 0, &x, &ldx, &xb, &cols, &nw, &eps);
+    float beta = mode == 1 ? 1.0f : 0.0f;
+    loom_status st =
+        cu->gemm_bf16(cu, w->rows, n, cols, w->p, xb, y, ldy, beta, R->err);
+    if (st != LOOM_OK || mode != 2)
+        return st;
+    loom_cu_ptr up = g->s.gup;
+    st = cu->gemm_bf16(cu, w2->rows, n, cols, w2->p, xb, up, ldy, 0.0f, R->err);
+    if (st != LOOM_OK)
+        return st;
+    int rows = w->rows;
+    Q35_LAUNCH(swiglu, (rows + 255) / 256, n, 256, 0, &y, &up, &rows, &ldy);
+    return LOOM_OK;
+}
+
+static int q35_gemm_fits(const q35_gpu_lin *w)
+{
+    return w->p && !w->bits && w->dtype == LOOM_DTYPE_BF16 && w->cols % 8 == 0;
+}
+
+/* A product over the round's rows: each prompt chunk (placed after every
+ * other row) on tensor cores, one product per chunk so that no stream's
+ * result depends on what shares its round; the other rows (the first
+ * pc_row0) through the decode kernels. */
+static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
+                           const q35_gpu_lin *w2, loom_cu_ptr x, int ldx,
+                           loom_cu_ptr y, int ldy, int T, int mode,
+                           loom_cu_ptr sel, int sel_stride, loom_cu_ptr nw)
+{
+    const q35_gpu *g = R->g;
+    if (!g->gemm || g->n_pc == 0 || sel || !q35_gemm_fits(w) ||
+        (w2 && !q35_gemm_fits(w2)))
+        return q35_lin_rows(R, w, w2, x, ldx, y, ldy, T, mode, sel, sel_stride,
+                            nw);
+    int P = g->pc_row0;
+    loom_status st = LOOM_OK;
+    if (P > 0)
+        st = q35_lin_rows(R, w, w2, x, ldx, y, ldy, P, mode, 0, 0, nw);
+    for (int32_t i = 0; st == LOOM_OK && i < g->n_pc; i++) {
+        const q35_gpu_stream *d = &g->dstreams[g->pc[i]];
+        uint64_t r0 = (uint64_t)d->first;
+        st = q35_lin_gemm(R, w, w2, x + r0 * (uint64_t)ldx * 4, ldx,
+                          y + r0 * (uint64_t)ldy * 4, ldy, d->count, mode, nw);
+    }
+    return st;
+}
+
 #define Q35_LIN(...)                                                           \
     do {                                                                       \
         loom_status st_ = q35_lin(R, __VA_ARGS__);                             \
@@ -178,10 +239,20 @@ static loom_status q35_gpu_attention(const q35_run *R, q35_gpu_layer *L,
                &s->big1, &s->big2, &L->q_norm, &L->k_norm, &inv, &s->streams,
                &s->rows, &slot, &nh, &nkv, &hd, &rot, &eps);
     int sp = R->g->attn_splits;
-    Q35_LAUNCH(attention, nh * sp, T, 128, 0, &s->big0, &s->part, &s->streams,
-               &s->rows, &slot, &nh, &nkv, &hd, &sp);
-    Q35_LAUNCH(attn_combine, nh, T, 128, 0, &s->big0, &s->part, &s->o, &s->rows,
-               &nh, &hd, &sp);
+    /* the rows before the prompt chunks (all of them without chunks) */
+    int Ta = R->g->attn_chunk && R->g->n_pc ? R->g->pc_row0 : T;
+    if (Ta > 0) {
+        Q35_LAUNCH(attention, nh * sp, Ta, 128, 0, &s->big0, &s->part,
+                   &s->streams, &s->rows, &slot, &nh, &nkv, &hd, &sp);
+        Q35_LAUNCH(attn_combine, nh, Ta, 128, 0, &s->big0, &s->part, &s->o,
+                   &s->streams, &s->rows, &nh, &hd, &sp);
+    }
+    for (int32_t i = 0; i < R->g->n_pc && R->g->attn_chunk; i++) {
+        int si = R->g->pc[i], n = R->g->dstreams[si].count;
+        Q35_LAUNCH(attn_chunk, (n + 15) / 16, nh, 128, R->g->attn_chunk_smem,
+                   &s->big0, &s->o, &s->streams, &s->rows, &si, &slot, &nh,
+                   &nkv, &hd);
+    }
     Q35_LIN(&L->o, NULL, s->o, nh * hd, s->h, H, T, 1, 0, 0, 0);
     return LOOM_OK;
 }
@@ -230,6 +301,14 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
     Q35_LAUNCH(conv, (cd + 127) / 128, R->ns, 128, 0, &qkv, &s->conv_out,
                &L->conv_w, &s->streams, &s->rows, &slot, &cd, &K, &n_lin,
                &log_size, &log_conv, &ld_in);
+    /* prompt chunks: the conv in segments of rows */
+    for (int32_t i = 0; i < g->n_pc && g->gdn_chunk; i++) {
+        int si = g->pc[i], seg = Q35_PROMPT_MIN_ROWS;
+        int nseg = (g->dstreams[si].count + seg - 1) / seg;
+        Q35_LAUNCH(conv_chunk, (cd + 127) / 128, nseg, 128, 0, &qkv,
+                   &s->conv_out, &L->conv_w, &s->streams, &si, &slot, &cd, &K,
+                   &ld_in, &seg);
+    }
     q35_gpu_log lay = g->lay;
     {
         void *a[] = {&s->conv_out, &zp,         &s->o,     &ap,
@@ -242,6 +321,21 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
                            g->gdn_threads, 0, a, "q35_gdn_rec", R->err);
         if (st != LOOM_OK)
             return st;
+    }
+    /* prompt chunks: the delta rule's chunk kernels, q k decay beta into
+     * big0 and big2 (free once the conv has run) */
+    for (int32_t i = 0; i < g->n_pc && g->gdn_chunk; i++) {
+        int si = g->pc[i], n = g->dstreams[si].count;
+        int P = (dk + Q35_GDNC_PART - 1) / Q35_GDNC_PART;
+        int cpb = 32 / P * Q35_GDNC_WARPS, nb = (dv + cpb - 1) / cpb;
+        Q35_LAUNCH(gdnc_prep, n, 1, 64 * Hk, 0, &s->conv_out, &ap, &bp, &ldab,
+                   &L->neg_a, &L->dt_bias, &s->streams, &si, &Hk, &Hv, &dk, &cd,
+                   &s->big0, &s->big2);
+        Q35_LAUNCH(gdnc_rec, Hv * nb, 1, 32 * Q35_GDNC_WARPS, 0, &s->big0,
+                   &s->big2, &s->conv_out, &s->o, &s->streams, &si, &slot, &Hk,
+                   &Hv, &dk, &dv, &cd);
+        Q35_LAUNCH(gdnc_norm, n, Hv, (dv + 31) / 32 * 32, 0, &s->o, &zp, &ldz,
+                   &L->gnorm, &s->streams, &si, &Hv, &dv, &eps);
     }
     Q35_LIN(&L->out, NULL, s->o, vd, s->h, H, T, 1, 0, 0, 0);
     return LOOM_OK;
@@ -340,8 +434,11 @@ static loom_status q35_gpu_layers(const q35_run *R, int32_t n_logits,
         if (st != LOOM_OK)
             return st;
         int V = (int)G->vocab;
-        Q35_LIN(&g->lm_head, NULL, s->xn, H, s->logits, V, n_logits, 0, 0, 0,
-                0);
+        /* the logit rows, gathered: never a prompt chunk's layout */
+        loom_status hst = q35_lin_rows(R, &g->lm_head, NULL, s->xn, H,
+                                       s->logits, V, n_logits, 0, 0, 0, 0);
+        if (hst != LOOM_OK)
+            return hst;
     }
     return LOOM_OK;
 }
@@ -361,6 +458,10 @@ static loom_status q35_gpu_run(q35_run *R, int32_t n_logits, int32_t n_tap)
     q35_gpu *g = R->g;
     const loom_cuda *cu = g->cu;
     q35_graph *gr = NULL;
+    /* a round with prompt chunks runs uncaptured: its launches depend on
+     * more than the shape (and its products are long enough anyway) */
+    if (g->n_pc > 0)
+        return q35_gpu_layers(R, n_logits, n_tap);
     for (int i = 0; !g->no_graphs && i < g->n_graphs; i++) {
         q35_graph *x = &g->graphs[i];
         if (x->T == R->T && x->ns == R->ns && x->n_logits == n_logits &&
@@ -508,21 +609,39 @@ loom_status q35_gpu_forward(loom_model *m, const loom_round *round,
     if (st != LOOM_OK)
         return st;
 
-    /* nothing but a device fault can fail from here on */
+    /* nothing but a device fault can fail from here on; prompt chunks'
+     * rows go after every other row */
+    g->n_pc = 0;
+    int32_t at = 0, n_other = 0;
+    for (int32_t i = 0; (g->gemm || g->gdn_chunk || g->attn_chunk) && i < ns;
+         i++) {
+        const loom_plan_stream *sm = &p->streams[i];
+        if (sm->first_spec < 0 && sm->count >= Q35_PROMPT_MIN_ROWS)
+            g->pc[g->n_pc++] = i;
+        else
+            n_other += sm->count;
+    }
+    g->pc_row0 = g->n_pc ? n_other : T;
+    int32_t at_pc = g->pc_row0;
     for (int32_t i = 0; i < ns; i++) {
         const loom_plan_stream *sm = &p->streams[i];
         q35_gpu_stream *d = &g->dstreams[i];
         q35_gpu_cache_view(m, sm->cache, d);
-        d->first = sm->first;
+        int pc =
+            g->n_pc && sm->first_spec < 0 && sm->count >= Q35_PROMPT_MIN_ROWS;
+        int32_t *next = pc ? &at_pc : &at;
+        d->first = *next;
+        *next += sm->count;
         d->count = sm->count;
+        d->chunk = pc ? (g->gdn_chunk ? 1 : 0) | (g->attn_chunk ? 2 : 0) : 0;
         /* a window's first row follows the snapshot of the state */
         d->snap_row = sm->first_spec;
         for (int32_t k = 0; k < sm->count; k++) {
             int32_t t = loom_plan_row(p, sm, k);
             const loom_row *r = loom_round_row(round, t);
-            g->rows[sm->first + k] = (q35_gpu_row){r->token, r->position, i,
-                                                   loom_window_index(sm, k)};
-            g->dev_of[t] = sm->first + k;
+            g->rows[d->first + k] = (q35_gpu_row){r->token, r->position, i,
+                                                  loom_window_index(sm, k)};
+            g->dev_of[t] = d->first + k;
         }
     }
     int32_t *mp = g->maps, nl = 0, nt = 0;
@@ -606,8 +725,8 @@ loom_status q35_gpu_head(loom_model *m, const loom_view *hidden, int32_t n,
         if (st == LOOM_OK)
             st = q35_gpu_norm(Rn, g->s.h, 0, g->s.xn, g->norm, k);
         if (st == LOOM_OK)
-            st = q35_lin(Rn, &g->lm_head, NULL, g->s.xn, (int)H, g->s.logits,
-                         (int)V, k, 0, 0, 0, 0);
+            st = q35_lin_rows(Rn, &g->lm_head, NULL, g->s.xn, (int)H,
+                              g->s.logits, (int)V, k, 0, 0, 0, 0);
         loom_view part = *logits;
         part.data = (float *)logits->data + (int64_t)i0 * logits->strides[0];
         if (st == LOOM_OK)

@@ -25,6 +25,11 @@ typedef struct q35_gpu_row {
  * of each of its two weights). */
 #define Q35_GEMV8_RPW 4
 
+/* The chunk recurrence (cuda/gdn_prompt.cu): state rows per thread, warps
+ * per block. */
+#define Q35_GDNC_PART  16
+#define Q35_GDNC_WARPS 2
+
 #define Q35_ATTN_SPLITS 32
 #define Q35_ATTN_CHUNK  64
 
@@ -44,6 +49,10 @@ typedef struct q35_gpu_stream {
     int32_t snap_row; /* index among its rows before which the snapshot is
                          taken, or -1 */
     int32_t n_attn;   /* attention layers (a page's stride) */
+    /* a prompt chunk's kernels (the per-row and per-stream ones skip it):
+     * bit 0 conv and delta rule (gdn_prompt.cu), bit 1 attention */
+    int32_t chunk;
+    int32_t pad;
 } q35_gpu_stream;
 
 /* Offsets (floats) of one row's entry in one GDN layer's replay log. */

@@ -12,6 +12,8 @@
 #include <loom/log.h>
 #include <loom/platform.h>
 
+#include "gemm.h"
+
 #if defined(_WIN32)
 #define DRIVER_LIB "nvcuda.dll"
 #else
@@ -74,6 +76,7 @@ struct loom_cuda_runtime {
     _Atomic uint64_t held;
     _Atomic uint64_t used[LOOM_MEM_USE_COUNT];
     int retained;
+    loom__gemm *gemm; /* opened by the first gemm_bf16 */
 };
 
 static const char *const use_names[LOOM_MEM_USE_COUNT] = {
@@ -328,6 +331,15 @@ static uint64_t LOOM_CUDA_API t_used(const loom_cuda *cu, loom_mem_use use)
     return atomic_load(&rt->used[use]);
 }
 
+static int LOOM_CUDA_API t_gemm_bf16(const loom_cuda *cu, int32_t m, int32_t n,
+                                     int32_t k, loom_cu_ptr a, loom_cu_ptr b,
+                                     loom_cu_ptr d, int32_t ldd, float beta,
+                                     loom_err *err)
+{
+    return loom__gemm_bf16(&rt_of(cu)->gemm, cu, m, n, k, a, b, d, ldd, beta,
+                           err);
+}
+
 /* The table's driver entry points; NULL for the optional ones the driver
  * lacks, and then an error for the required ones. */
 static loom_status resolve_table(loom_cuda_runtime *rt, loom_err *err)
@@ -456,6 +468,7 @@ loom_status loom_cuda_open(double memory, loom_cuda_runtime **out,
     t->free = t_free;
     t->used = t_used;
     t->error_name = t_error_name;
+    t->gemm_bf16 = t_gemm_bf16;
     loom_cu_result r;
     driver *d = &rt->d;
     int l2 = 0, optin = 0;
@@ -498,6 +511,13 @@ void loom_cuda_close(loom_cuda_runtime *rt)
     if (!rt)
         return;
     loom_cuda *t = &rt->t;
+    if (rt->gemm) {
+        if (t->context && t->ctxSetCurrent)
+            t->ctxSetCurrent(t->context);
+        if (t->stream)
+            t->streamSynchronize(t->stream);
+        loom__gemm_close(rt->gemm);
+    }
     uint64_t held = atomic_load(&rt->held);
     if (held)
         loom_log(LOOM_LOG_ERROR,

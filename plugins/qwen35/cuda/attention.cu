@@ -104,6 +104,8 @@ extern "C" __global__ void q35_attention(const float *qg, float *part,
     __shared__ float wm[Q35_ATTN_WARPS], wl[Q35_ATTN_WARPS];
     __shared__ float wacc[Q35_ATTN_WARPS][Q35_ATTN_ND * 32];
     int h = blockIdx.x % nh, t = blockIdx.y, sp = blockIdx.x / nh;
+    if (streams[rows[t].stream].chunk & 2)
+        return; // q35_attn_chunk's
     int n_ctx = rows[t].pos + 1;
     int chunk = q35_attn_chunk(n_ctx, splits);
     int p0 = sp * chunk;
@@ -186,13 +188,17 @@ extern "C" __global__ void q35_attention(const float *qg, float *part,
 // (sum_s f_s acc_s) * (1 / sum_s f_s l_s) * sigmoid(gate), f_s =
 // exp(m_s - max m). One split gives back its own values unchanged.
 extern "C" __global__ void q35_attn_combine(const float *qg, const float *part,
-                                            float *o, const q35_gpu_row *rows,
-                                            int nh, int hd, int splits)
+                                            float *o,
+                                            const q35_gpu_stream *streams,
+                                            const q35_gpu_row *rows, int nh,
+                                            int hd, int splits)
 {
     Q35_PDL_ENTER();
     __shared__ float fs[Q35_ATTN_SPLITS];
     __shared__ float inv_l;
     int h = blockIdx.x, t = blockIdx.y;
+    if (streams[rows[t].stream].chunk & 2)
+        return; // q35_attn_chunk's
     int n_ctx = rows[t].pos + 1;
     int chunk = q35_attn_chunk(n_ctx, splits);
     int n = (n_ctx + chunk - 1) / chunk;
@@ -218,5 +224,158 @@ extern "C" __global__ void q35_attn_combine(const float *qg, const float *part,
         for (int k = 0; k < n; k++)
             s = fmaf(pp[(int64_t)k * (hd + 2) + 2 + i], fs[k], s);
         orow[i] = __fmul_rn(__fmul_rn(s, inv_l), q35_sigmoid(gate[i]));
+    }
+}
+
+#define Q35_AC_Q 16 // query rows per block
+#define Q35_AC_K 32 // keys per tile
+#define Q35_AC_C 2  // float4 chunks of a row per lane: head_dim up to 256
+
+// Attention over one prompt chunk (rows whose K/V attn_prep has written),
+// its query rows in tiles: block (tile of Q35_AC_Q rows, query head), 4
+// warps of 4 query rows each; keys in tiles of Q35_AC_K through shared
+// memory (K rows padded by 4 floats), read once for the tile's rows. In a
+// warp lane `key` scores its key for the warp's four rows (float4 dims);
+// the online softmax (float32, accurate expf) keeps each row's max and
+// sum; lane l accumulates the float4 chunks l, l + 32 of the four rows.
+// Writes o = (acc / sum) * sigmoid(gate) as q35_attn_combine. Dynamic
+// shared memory: (Q35_AC_Q hd + Q35_AC_K (hd + 4) + Q35_AC_K hd) floats;
+// head_dim a multiple of 4.
+extern "C" __global__ void __launch_bounds__(128)
+    q35_attn_chunk(const float *qg, float *o, const q35_gpu_stream *streams,
+                   const q35_gpu_row *rows, int si, int slot, int nh, int nkv,
+                   int hd)
+{
+    Q35_PDL_ENTER();
+    extern __shared__ float4 smem4[];
+    int h4 = hd / 4, kp4 = h4 + 1;
+    float4 *sq = smem4, *sk = sq + Q35_AC_Q * h4, *sv = sk + Q35_AC_K * kp4;
+    const q35_gpu_stream st = streams[si];
+    int q0 = blockIdx.x * Q35_AC_Q, h = blockIdx.y;
+    int nq = min(Q35_AC_Q, st.count - q0);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int kvw = nkv * hd, kvh = h / (nh / nkv);
+    for (int x = threadIdx.x; x < Q35_AC_Q * h4; x += blockDim.x) {
+        int r = x / h4, c = x % h4;
+        sq[x] = r < nq ? reinterpret_cast<const float4 *>(
+                             qg + (int64_t)(st.first + q0 + r) * 2 * nh * hd +
+                             (int64_t)h * 2 * hd)[c]
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    int pos[4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        int k = q0 + 4 * warp + r;
+        pos[r] = k < st.count ? rows[st.first + k].pos : -1;
+    }
+    int last = rows[st.first + q0 + nq - 1].pos;
+    float scale = 1.0f / sqrtf((float)hd);
+    float m[4], l[4];
+    float4 acc[4][Q35_AC_C];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int u = 0; u < Q35_AC_C; u++)
+            acc[r][u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    const float4 *qw = sq + 4 * warp * h4;
+    for (int k0 = 0; k0 <= last; k0 += Q35_AC_K) {
+        __syncthreads();
+        for (int x = threadIdx.x; x < Q35_AC_K * h4; x += blockDim.x) {
+            int kk = x / h4, c = x % h4, kp = k0 + kk;
+            float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vv = kv;
+            if (kp <= last) {
+                kv = reinterpret_cast<const float4 *>(
+                    q35_kv_at(st, slot, 0, kp, kvw) + kvh * hd)[c];
+                vv = reinterpret_cast<const float4 *>(
+                    q35_kv_at(st, slot, 1, kp, kvw) + kvh * hd)[c];
+            }
+            sk[kk * kp4 + c] = kv;
+            sv[kk * h4 + c] = vv;
+        }
+        __syncthreads();
+        float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const float4 *kr = sk + lane * kp4;
+        for (int c = 0; c < h4; c++) {
+            float4 kk = kr[c];
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                float4 q = qw[r * h4 + c];
+                sc[r] = fmaf(q.x, kk.x, sc[r]);
+                sc[r] = fmaf(q.y, kk.y, sc[r]);
+                sc[r] = fmaf(q.z, kk.z, sc[r]);
+                sc[r] = fmaf(q.w, kk.w, sc[r]);
+            }
+        }
+        int kp = k0 + lane;
+        float p[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            float s = kp <= pos[r] ? __fmul_rn(sc[r], scale) : -INFINITY;
+            float t = s;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1)
+                t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, off));
+            float mn = fmaxf(m[r], t);
+            float c = m[r] == -INFINITY ? 0.0f : expf(m[r] - mn);
+            p[r] = s == -INFINITY ? 0.0f : expf(s - mn);
+            float u = p[r];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1)
+                u += __shfl_xor_sync(0xffffffffu, u, off);
+            l[r] = fmaf(l[r], c, u);
+            m[r] = mn;
+#pragma unroll
+            for (int v = 0; v < Q35_AC_C; v++) {
+                acc[r][v].x = __fmul_rn(acc[r][v].x, c);
+                acc[r][v].y = __fmul_rn(acc[r][v].y, c);
+                acc[r][v].z = __fmul_rn(acc[r][v].z, c);
+                acc[r][v].w = __fmul_rn(acc[r][v].w, c);
+            }
+        }
+        int n_keys = min(Q35_AC_K, last + 1 - k0);
+        for (int kk = 0; kk < n_keys; kk++) {
+            float pa[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                pa[r] = __shfl_sync(0xffffffffu, p[r], kk);
+            const float4 *vr = sv + kk * h4;
+#pragma unroll
+            for (int u = 0; u < Q35_AC_C; u++) {
+                int c = lane + 32 * u;
+                if (c < h4) {
+                    float4 v = vr[c];
+#pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        acc[r][u].x = fmaf(pa[r], v.x, acc[r][u].x);
+                        acc[r][u].y = fmaf(pa[r], v.y, acc[r][u].y);
+                        acc[r][u].z = fmaf(pa[r], v.z, acc[r][u].z);
+                        acc[r][u].w = fmaf(pa[r], v.w, acc[r][u].w);
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        int k = q0 + 4 * warp + r;
+        if (k >= st.count)
+            continue;
+        int64_t row = st.first + k;
+        const float *gate = qg + row * 2 * nh * hd + (int64_t)h * 2 * hd + hd;
+        float *orow = o + row * nh * hd + (int64_t)h * hd;
+        float inv = 1.0f / l[r];
+#pragma unroll
+        for (int u = 0; u < Q35_AC_C; u++) {
+            int c = lane + 32 * u;
+            if (c >= h4)
+                continue;
+            float a[4] = {acc[r][u].x, acc[r][u].y, acc[r][u].z, acc[r][u].w};
+            for (int e = 0; e < 4; e++)
+                orow[4 * c + e] = __fmul_rn(__fmul_rn(a[e], inv),
+                                            q35_sigmoid(gate[4 * c + e]));
+        }
     }
 }

@@ -18,6 +18,8 @@ extern "C" __global__ void q35_conv(const float *x, float *y, const float *w,
     if (c >= cd)
         return;
     const q35_gpu_stream st = streams[blockIdx.y];
+    if (st.chunk & 1)
+        return; // q35_conv_chunk's
     int kt = K - 1;
     int64_t tail_n = (int64_t)kt * cd;
     float *tail = reinterpret_cast<float *>(st.conv) + slot * tail_n;
@@ -88,5 +90,61 @@ extern "C" __global__ void q35_conv_restore(float *conv, const float *snap,
                            : log[((int64_t)(idx - kt) * n_lin + l) * log_size +
                                  log_conv + c];
         conv[l * tail_n + (int64_t)j * cd + c] = v;
+    }
+}
+
+// The conv over one prompt chunk (no speculative row: no log, no
+// snapshot), its rows in segments of `seg` (at least K - 1) in parallel:
+// block (channels / 128, segment). A segment starts from the inputs before
+// it (the tail for the first), so every output is the sequential kernel's
+// to the bit. The first segment's block, having read the old tail, writes
+// the new one: the chunk's last K - 1 inputs (it has at least that many).
+extern "C" __global__ void q35_conv_chunk(const float *x, float *y,
+                                          const float *w,
+                                          const q35_gpu_stream *streams,
+                                          int si, int slot, int cd, int K,
+                                          int ldx, int seg)
+{
+    Q35_PDL_ENTER();
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cd)
+        return;
+    const q35_gpu_stream st = streams[si];
+    int kt = K - 1;
+    float *tail = reinterpret_cast<float *>(st.conv) + slot * (int64_t)kt * cd;
+    const float *wc = w + (int64_t)c * K;
+    int r0 = blockIdx.y * seg, r1 = min(st.count, r0 + seg);
+    float t[Q35_MAX_TAIL];
+#pragma unroll
+    for (int j = 0; j < Q35_MAX_TAIL; j++) {
+        int at = r0 - kt + j; // the chunk's row, negative: in the tail
+        t[j] = j >= kt    ? 0.0f
+               : at >= 0 ? x[(int64_t)(st.first + at) * ldx + c]
+                         : tail[(int64_t)(kt + at) * cd + c];
+    }
+    if (blockIdx.y == 0)
+        for (int j = 0; j < kt; j++)
+            tail[(int64_t)j * cd + c] =
+                x[(int64_t)(st.first + st.count - kt + j) * ldx + c];
+    for (int k = r0; k < r1; k++) {
+        int row = st.first + k;
+        float xv = x[(int64_t)row * ldx + c];
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < Q35_MAX_TAIL; j++)
+            if (j < kt)
+                s = fmaf(wc[j], t[j], s);
+        s = fmaf(wc[kt], xv, s);
+#pragma unroll
+        for (int j = 0; j + 1 < Q35_MAX_TAIL; j++)
+            if (j + 1 < kt)
+                t[j] = t[j + 1];
+        if (kt > 0) {
+#pragma unroll
+            for (int j = 0; j < Q35_MAX_TAIL; j++)
+                if (j == kt - 1)
+                    t[j] = xv;
+        }
+        y[(int64_t)row * cd + c] = q35_silu(s);
     }
 }

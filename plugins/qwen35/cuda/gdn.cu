@@ -114,6 +114,8 @@ extern "C" __global__ void __launch_bounds__(512)
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int nw = (blockDim.x + 31) >> 5;
     const q35_gpu_stream st = streams[blockIdx.y];
+    if (st.chunk & 1)
+        return; // the chunk kernels' (gdn_prompt.cu)
     int kh = h / (Hv / Hk);
     int kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd;
     float qscale = 1.0f / sqrtf((float)dk);

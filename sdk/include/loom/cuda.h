@@ -194,6 +194,18 @@ typedef struct loom_cuda {
                                                loom_cu_stream s);
     loom_cu_result(LOOM_CUDA_API *graphExecDestroy)(loom_cu_graph_exec e);
     loom_cu_result(LOOM_CUDA_API *graphDestroy)(loom_cu_graph g);
+
+    /* Since ABI 2.3 (check struct_size). Tensor-core products through
+     * cuBLASLt, opened at the first call: D[n][m] = A[m][k] B[n][k]^T +
+     * beta D, row-major, A and B BF16 with rows k elements apart, D float32
+     * with rows ldd apart, float32 accumulation; on cu->stream, capturable
+     * once opened. A shape runs the same algorithm every time. n == 0 only
+     * opens the library. LOOM_ERR_UNSUPPORTED when no cuBLASLt loads (the
+     * caller uses its own kernels). */
+    int(LOOM_CUDA_API *gemm_bf16)(const struct loom_cuda *cu, int32_t m,
+                                  int32_t n, int32_t k, loom_cu_ptr a,
+                                  loom_cu_ptr b, loom_cu_ptr d, int32_t ldd,
+                                  float beta, struct loom_err *err);
 } loom_cuda;
 
 #ifdef __cplusplus

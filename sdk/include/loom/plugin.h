@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 2
-#define LOOM_ABI_MINOR 2
+#define LOOM_ABI_MINOR 3
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
