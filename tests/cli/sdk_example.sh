@@ -52,7 +52,9 @@ cmake -S "$root/sdk/examples/ngram-drafter" -B "$work/ngram" \
   cmake --install "$work/ngram" --prefix "$P" >>"$work/ngram.log" 2>&1
 check "ngram-drafter builds with CMake and installs into the prefix" '[ -f "$P/lib/loom/plugins/libloom-ngram.so" ]'
 out=$("$L" plugins 2>&1)
-check "the installed loom finds the installed drafter" 'echo "$out" | grep -q "^ngram *drafter .* 2\.2 "'
+# at the SDK's own ABI minor, read from its header
+minor=$(sed -n 's/^#define LOOM_ABI_MINOR \([0-9]*\).*/\1/p' "$root/sdk/include/loom/plugin.h")
+check "the installed loom finds the installed drafter" 'echo "$out" | grep -q "^ngram *drafter .* 2\.$minor "'
 
 # ngram-drafter with pkg-config and cc, no CMake
 cflags=$(PKG_CONFIG_PATH="$P/lib/pkgconfig" pkg-config --cflags loom-sdk 2>>"$work/cc.log")
