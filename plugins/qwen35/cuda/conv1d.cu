@@ -7,6 +7,30 @@
 
 #define Q35_MAX_TAIL 7 // kernel widths up to 8
 
+// One row of one channel: silu(sum_j w[j] * in[j]) over the tail t (oldest
+// first) and the row's input xv, taps oldest first; then xv joins the tail.
+__device__ __forceinline__ float q35_conv_step(const float *wc, float *t,
+                                               int kt, float xv)
+{
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < Q35_MAX_TAIL; j++)
+        if (j < kt)
+            s = fmaf(wc[j], t[j], s);
+    s = fmaf(wc[kt], xv, s);
+#pragma unroll
+    for (int j = 0; j + 1 < Q35_MAX_TAIL; j++)
+        if (j + 1 < kt)
+            t[j] = t[j + 1];
+    if (kt > 0) {
+#pragma unroll
+        for (int j = 0; j < Q35_MAX_TAIL; j++)
+            if (j == kt - 1)
+                t[j] = xv;
+    }
+    return q35_silu(s);
+}
+
 extern "C" __global__ void q35_conv(const float *x, float *y, const float *w,
                                     const q35_gpu_stream *streams,
                                     const q35_gpu_row *rows, int slot, int cd,
@@ -45,23 +69,7 @@ extern "C" __global__ void q35_conv(const float *x, float *y, const float *w,
                          ((int64_t)li * n_lin + slot) * log_size;
             log[log_conv + c] = xv;
         }
-        float s = 0.0f;
-#pragma unroll
-        for (int j = 0; j < Q35_MAX_TAIL; j++)
-            if (j < kt)
-                s = fmaf(wc[j], t[j], s);
-        s = fmaf(wc[kt], xv, s);
-#pragma unroll
-        for (int j = 0; j + 1 < Q35_MAX_TAIL; j++)
-            if (j + 1 < kt)
-                t[j] = t[j + 1];
-        if (kt > 0) {
-#pragma unroll
-            for (int j = 0; j < Q35_MAX_TAIL; j++)
-                if (j == kt - 1)
-                    t[j] = xv;
-        }
-        y[(int64_t)row * cd + c] = q35_silu(s);
+        y[(int64_t)row * cd + c] = q35_conv_step(wc, t, kt, xv);
     }
 #pragma unroll
     for (int j = 0; j < Q35_MAX_TAIL; j++)
@@ -129,22 +137,6 @@ extern "C" __global__ void q35_conv_chunk(const float *x, float *y,
     for (int k = r0; k < r1; k++) {
         int row = st.first + k;
         float xv = x[(int64_t)row * ldx + c];
-        float s = 0.0f;
-#pragma unroll
-        for (int j = 0; j < Q35_MAX_TAIL; j++)
-            if (j < kt)
-                s = fmaf(wc[j], t[j], s);
-        s = fmaf(wc[kt], xv, s);
-#pragma unroll
-        for (int j = 0; j + 1 < Q35_MAX_TAIL; j++)
-            if (j + 1 < kt)
-                t[j] = t[j + 1];
-        if (kt > 0) {
-#pragma unroll
-            for (int j = 0; j < Q35_MAX_TAIL; j++)
-                if (j == kt - 1)
-                    t[j] = xv;
-        }
-        y[(int64_t)row * cd + c] = q35_silu(s);
+        y[(int64_t)row * cd + c] = q35_conv_step(wc, t, kt, xv);
     }
 }
