@@ -93,7 +93,8 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     Q35_FN(swiglu, "q35_swiglu");
     Q35_FN(conv_chunk, "q35_conv_chunk");
     Q35_FN(gdnc_prep, "q35_gdnc_prep");
-    Q35_FN(gdnc_rec, "q35_gdnc_rec");
+    Q35_FN(gdnc_wy, "q35_gdnc_wy");
+    Q35_FN(gdnc_apply, "q35_gdnc_apply");
     Q35_FN(gdnc_norm, "q35_gdnc_norm");
     Q35_FN(attn_chunk, "q35_attn_chunk");
 #undef Q35_FN
@@ -428,18 +429,21 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
                                         : splits;
     g->attn_splits = (int)splits;
     /* floats of each buffer, in the order of the members */
-    int64_t sizes[] = {R * H, R * H, R * big, R * big, R * big, R * cd, R * ow,
-                       R * vd, R * Hv, R * Hv, R * E, R * K, R * K, R * H,
-                       R * H, R, R * (int64_t)(sizeof(q35_gpu_row) / 4),
-                       R * (int64_t)(sizeof(q35_gpu_stream) / 4),
-                       R * G->n_heads * splits * (G->head_dim + 2),
-                       /* prompt chunks: BF16 rows, the up product */
-                       g->gemm ? (R * big + 1) / 2 : 0, g->gemm ? R * big : 0};
+    int64_t sizes[] = {
+        R * H, R * H, R * big, R * big, R * big, R * cd, R * ow, R * vd, R * Hv,
+        R * Hv, R * E, R * K, R * K, R * H, R * H, R,
+        R * (int64_t)(sizeof(q35_gpu_row) / 4),
+        R * (int64_t)(sizeof(q35_gpu_stream) / 4),
+        R * G->n_heads * splits * (G->head_dim + 2),
+        /* prompt chunks: BF16 rows, the up product, the
+         * chunkwise delta rule's per-row records */
+        g->gemm ? (R * big + 1) / 2 : 0, g->gemm ? R * big : 0,
+        g->gdn_chunk ? R * Hv * (G->lin_dk + G->lin_dv + Q35_WY_C + 4) : 0};
     loom_cu_ptr *dst[] = {
         &s->h,    &s->xn,   &s->big0, &s->big1, &s->big2, &s->conv_out,
         &s->o,    &s->z,    &s->b,    &s->a,    &s->prob, &s->sel,
         &s->wsel, &s->gout, &s->proj, &s->shg,  &s->rows, &s->streams,
-        &s->part, &s->xb,   &s->gup};
+        &s->part, &s->xb,   &s->gup,  &s->wy};
     int n = (int)(sizeof sizes / sizeof *sizes);
     uint64_t total = 0;
     for (int i = 0; i < n; i++)
@@ -585,16 +589,26 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
     g->pdl = cu->cc_major >= 9 && cu->launchKernelEx != NULL;
     g->gdn_threads =
         (unsigned)((G->lin_dk + 31) / 32 * ((G->lin_dv + 31) / 32 * 32));
-    /* the chunk recurrence splits dk into 1, 2, 4 or 8 parts of a warp;
-     * its norm is a block of dv threads; its prep a warp per q and k head */
-    int64_t parts = (G->lin_dk + Q35_GDNC_PART - 1) / Q35_GDNC_PART;
-    g->gdn_chunk = (parts == 1 || parts == 2 || parts == 4 || parts == 8) &&
-                   G->lin_dk % 4 == 0 && G->lin_dv <= 1024 &&
-                   2 * G->lin_k_heads <= 32 &&
-                   G->conv_kernel - 1 <= Q35_PROMPT_MIN_ROWS;
+    /* the chunkwise delta rule: its two kernels' tiles in shared memory,
+     * its norm a block of dv threads, its prep a warp per q and k head */
+    int64_t dk = G->lin_dk, dv = G->lin_dv, C = Q35_WY_C;
+    uint64_t wy_smem =
+        (uint64_t)(2 * C * ((dk > dv ? dk : dv) + 4) + 2 * C * C + 3 * C) * 4;
+    uint64_t apply_smem =
+        (uint64_t)(dk * 32 + C * 32 + C * dk + dk * (C + 4) + C * C + 2 * C) *
+        4;
+    g->gdn_chunk =
+        dk % 4 == 0 && dk <= 128 && dv % 4 == 0 && dv <= 256 &&
+        2 * G->lin_k_heads <= 32 && G->conv_kernel - 1 <= Q35_PROMPT_MIN_ROWS &&
+        wy_smem <= cu->smem_per_block_optin &&
+        apply_smem <= cu->smem_per_block_optin &&
+        cu->funcSetAttribute(g->fn.gdnc_wy, 8, (int)wy_smem) == 0 &&
+        cu->funcSetAttribute(g->fn.gdnc_apply, 8, (int)apply_smem) == 0;
+    g->wy_smem = (unsigned)wy_smem;
+    g->apply_smem = (unsigned)apply_smem;
     /* the chunk attention: head_dim a multiple of 4 up to 256, its tiles
-     * in shared memory (16 query rows, 32 keys of K padded, 32 of V) */
-    uint64_t smem = (uint64_t)(16 * G->head_dim + 32 * (G->head_dim + 4) +
+     * in shared memory (Q35_AC_Q query rows, 32 keys of K padded, 32 of V) */
+    uint64_t smem = (uint64_t)(Q35_AC_Q * G->head_dim + 32 * (G->head_dim + 4) +
                                32 * G->head_dim) *
                     4;
     if (m->n_attn > 0 && G->head_dim <= 256 && G->head_dim % 4 == 0 &&

@@ -48,7 +48,8 @@ typedef struct q35_gpu_fns {
     loom_cu_function attn_prep, attention, attn_combine;
     loom_cu_function gather, add, next_split, moe_route, moe_axpy;
     loom_cu_function to_bf16, swiglu; /* prompt chunks (prompt.cu) */
-    loom_cu_function conv_chunk, gdnc_prep, gdnc_rec, gdnc_norm, attn_chunk;
+    loom_cu_function conv_chunk, gdnc_prep, gdnc_wy, gdnc_apply, gdnc_norm;
+    loom_cu_function attn_chunk;
 } q35_gpu_fns;
 
 /* Device activations for max_rows rows. */
@@ -61,6 +62,7 @@ typedef struct q35_gpu_scratch {
     loom_cu_ptr part; /* attention's splits: [R][n_heads][splits][hd + 2] */
     loom_cu_ptr xb;   /* a prompt chunk's product input as BF16 */
     loom_cu_ptr gup;  /* its SwiGLU's second product */
+    loom_cu_ptr wy;   /* its delta rule's chunk records (gdn_prompt.cu) */
     loom_cu_ptr logits, taps, maps; /* grown on demand */
     uint64_t logits_bytes, taps_bytes, maps_bytes;
 } q35_gpu_scratch;
@@ -119,7 +121,8 @@ typedef struct q35_gpu {
     int gemm;       /* prompt chunks take cu->gemm_bf16 */
     int gdn_chunk;  /* ... and the chunk kernels of conv and the delta rule */
     int attn_chunk; /* ... and of attention (q35_attn_chunk) */
-    unsigned attn_chunk_smem; /* its dynamic shared memory */
+    unsigned wy_smem, apply_smem; /* the delta rule's chunk kernels' */
+    unsigned attn_chunk_smem;     /* its dynamic shared memory */
     /* the round's prompt chunks (Q35_PROMPT_MIN_ROWS rows or more, no
      * speculative row): their streams, placed after every other row */
     int32_t *pc, n_pc, pc_row0;

@@ -249,9 +249,9 @@ static loom_status q35_gpu_attention(const q35_run *R, q35_gpu_layer *L,
     }
     for (int32_t i = 0; i < R->g->n_pc && R->g->attn_chunk; i++) {
         int si = R->g->pc[i], n = R->g->dstreams[si].count;
-        Q35_LAUNCH(attn_chunk, (n + 15) / 16, nh, 128, R->g->attn_chunk_smem,
-                   &s->big0, &s->o, &s->streams, &s->rows, &si, &slot, &nh,
-                   &nkv, &hd);
+        Q35_LAUNCH(attn_chunk, (n + Q35_AC_Q - 1) / Q35_AC_Q, nh, 128,
+                   R->g->attn_chunk_smem, &s->big0, &s->o, &s->streams,
+                   &s->rows, &si, &slot, &nh, &nkv, &hd);
     }
     Q35_LIN(&L->o, NULL, s->o, nh * hd, s->h, H, T, 1, 0, 0, 0);
     return LOOM_OK;
@@ -322,18 +322,20 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
         if (st != LOOM_OK)
             return st;
     }
-    /* prompt chunks: the delta rule's chunk kernels, q k decay beta into
+    /* prompt chunks: the chunkwise delta rule, q k (log decay) beta into
      * big0 and big2 (free once the conv has run) */
     for (int32_t i = 0; i < g->n_pc && g->gdn_chunk; i++) {
         int si = g->pc[i], n = g->dstreams[si].count;
-        int P = (dk + Q35_GDNC_PART - 1) / Q35_GDNC_PART;
-        int cpb = 32 / P * Q35_GDNC_WARPS, nb = (dv + cpb - 1) / cpb;
+        int nch = (n + Q35_WY_C - 1) / Q35_WY_C;
         Q35_LAUNCH(gdnc_prep, n, 1, 64 * Hk, 0, &s->conv_out, &ap, &bp, &ldab,
                    &L->neg_a, &L->dt_bias, &s->streams, &si, &Hk, &Hv, &dk, &cd,
                    &s->big0, &s->big2);
-        Q35_LAUNCH(gdnc_rec, Hv * nb, 1, 32 * Q35_GDNC_WARPS, 0, &s->big0,
-                   &s->big2, &s->conv_out, &s->o, &s->streams, &si, &slot, &Hk,
-                   &Hv, &dk, &dv, &cd);
+        Q35_LAUNCH(gdnc_wy, Hv, nch, 256, g->wy_smem, &s->big0, &s->big2,
+                   &s->conv_out, &s->wy, &s->streams, &si, &Hk, &Hv, &dk, &dv,
+                   &cd);
+        Q35_LAUNCH(gdnc_apply, Hv * ((dv + 31) / 32), 1, 256, g->apply_smem,
+                   &s->big0, &s->wy, &s->o, &s->streams, &si, &slot, &Hk, &Hv,
+                   &dk, &dv);
         Q35_LAUNCH(gdnc_norm, n, Hv, (dv + 31) / 32 * 32, 0, &s->o, &zp, &ldz,
                    &L->gnorm, &s->streams, &si, &Hv, &dv, &eps);
     }

@@ -25,10 +25,13 @@ typedef struct q35_gpu_row {
  * of each of its two weights). */
 #define Q35_GEMV8_RPW 4
 
-/* The chunk recurrence (cuda/gdn_prompt.cu): state rows per thread, warps
- * per block. */
-#define Q35_GDNC_PART  16
-#define Q35_GDNC_WARPS 2
+/* The chunk attention (q35_attn_chunk): query rows per warp, per block of
+ * 4 warps. */
+#define Q35_AC_R 8
+#define Q35_AC_Q (4 * Q35_AC_R)
+
+/* Rows per chunk of the chunkwise delta rule (cuda/gdn_prompt.cu). */
+#define Q35_WY_C 64
 
 #define Q35_ATTN_SPLITS 32
 #define Q35_ATTN_CHUNK  64

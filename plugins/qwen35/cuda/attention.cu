@@ -227,13 +227,12 @@ extern "C" __global__ void q35_attn_combine(const float *qg, const float *part,
     }
 }
 
-#define Q35_AC_Q 16 // query rows per block
 #define Q35_AC_K 32 // keys per tile
 #define Q35_AC_C 2  // float4 chunks of a row per lane: head_dim up to 256
 
 // Attention over one prompt chunk (rows whose K/V attn_prep has written),
 // its query rows in tiles: block (tile of Q35_AC_Q rows, query head), 4
-// warps of 4 query rows each; keys in tiles of Q35_AC_K through shared
+// warps of Q35_AC_R query rows each; keys in tiles of Q35_AC_K through shared
 // memory (K rows padded by 4 floats), read once for the tile's rows. In a
 // warp lane `key` scores its key for the warp's four rows (float4 dims);
 // the online softmax (float32, accurate expf) keeps each row's max and
@@ -255,6 +254,7 @@ extern "C" __global__ void __launch_bounds__(128)
     int nq = min(Q35_AC_Q, st.count - q0);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int kvw = nkv * hd, kvh = h / (nh / nkv);
+#pragma unroll 4
     for (int x = threadIdx.x; x < Q35_AC_Q * h4; x += blockDim.x) {
         int r = x / h4, c = x % h4;
         sq[x] = r < nq ? reinterpret_cast<const float4 *>(
@@ -262,27 +262,28 @@ extern "C" __global__ void __launch_bounds__(128)
                              (int64_t)h * 2 * hd)[c]
                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    int pos[4];
+    int pos[Q35_AC_R];
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
-        int k = q0 + 4 * warp + r;
+    for (int r = 0; r < Q35_AC_R; r++) {
+        int k = q0 + Q35_AC_R * warp + r;
         pos[r] = k < st.count ? rows[st.first + k].pos : -1;
     }
     int last = rows[st.first + q0 + nq - 1].pos;
     float scale = 1.0f / sqrtf((float)hd);
-    float m[4], l[4];
-    float4 acc[4][Q35_AC_C];
+    float m[Q35_AC_R], l[Q35_AC_R];
+    float4 acc[Q35_AC_R][Q35_AC_C];
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
+    for (int r = 0; r < Q35_AC_R; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
 #pragma unroll
         for (int u = 0; u < Q35_AC_C; u++)
             acc[r][u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    const float4 *qw = sq + 4 * warp * h4;
+    const float4 *qw = sq + Q35_AC_R * warp * h4;
     for (int k0 = 0; k0 <= last; k0 += Q35_AC_K) {
         __syncthreads();
+#pragma unroll 4
         for (int x = threadIdx.x; x < Q35_AC_K * h4; x += blockDim.x) {
             int kk = x / h4, c = x % h4, kp = k0 + kk;
             float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vv = kv;
@@ -296,12 +297,15 @@ extern "C" __global__ void __launch_bounds__(128)
             sv[kk * h4 + c] = vv;
         }
         __syncthreads();
-        float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float sc[Q35_AC_R];
+#pragma unroll
+        for (int r = 0; r < Q35_AC_R; r++)
+            sc[r] = 0.0f;
         const float4 *kr = sk + lane * kp4;
         for (int c = 0; c < h4; c++) {
             float4 kk = kr[c];
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
+            for (int r = 0; r < Q35_AC_R; r++) {
                 float4 q = qw[r * h4 + c];
                 sc[r] = fmaf(q.x, kk.x, sc[r]);
                 sc[r] = fmaf(q.y, kk.y, sc[r]);
@@ -310,9 +314,9 @@ extern "C" __global__ void __launch_bounds__(128)
             }
         }
         int kp = k0 + lane;
-        float p[4];
+        float p[Q35_AC_R];
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < Q35_AC_R; r++) {
             float s = kp <= pos[r] ? __fmul_rn(sc[r], scale) : -INFINITY;
             float t = s;
 #pragma unroll
@@ -337,9 +341,9 @@ extern "C" __global__ void __launch_bounds__(128)
         }
         int n_keys = min(Q35_AC_K, last + 1 - k0);
         for (int kk = 0; kk < n_keys; kk++) {
-            float pa[4];
+            float pa[Q35_AC_R];
 #pragma unroll
-            for (int r = 0; r < 4; r++)
+            for (int r = 0; r < Q35_AC_R; r++)
                 pa[r] = __shfl_sync(0xffffffffu, p[r], kk);
             const float4 *vr = sv + kk * h4;
 #pragma unroll
@@ -348,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(128)
                 if (c < h4) {
                     float4 v = vr[c];
 #pragma unroll
-                    for (int r = 0; r < 4; r++) {
+                    for (int r = 0; r < Q35_AC_R; r++) {
                         acc[r][u].x = fmaf(pa[r], v.x, acc[r][u].x);
                         acc[r][u].y = fmaf(pa[r], v.y, acc[r][u].y);
                         acc[r][u].z = fmaf(pa[r], v.z, acc[r][u].z);
@@ -359,8 +363,8 @@ extern "C" __global__ void __launch_bounds__(128)
         }
     }
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
-        int k = q0 + 4 * warp + r;
+    for (int r = 0; r < Q35_AC_R; r++) {
+        int k = q0 + Q35_AC_R * warp + r;
         if (k >= st.count)
             continue;
         int64_t row = st.first + k;

@@ -1,16 +1,22 @@
 // The gated delta rule over a prompt chunk (no speculative row, so no log
-// and no snapshot): each row's preparation for all rows at once, the
-// recurrence with a head's value columns split over many blocks (a column
-// of the state needs only itself), and the gated RMSNorm of the outputs
-// for all rows at once. Sums run in another order than q35_gdn_rec's, so a
-// chunk agrees with one-row steps within rounding, not bit for bit.
+// and no snapshot) in its chunkwise (WY) form: each row's preparation for
+// all rows at once; per head and chunk of Q35_WY_C rows, in parallel, the
+// chunk's own part (T = (I + A)^-1 with A_ij = beta_i e^(G_i - G_j) k_i.k_j
+// below the diagonal, W = T (beta e^G K), U = T (beta V), M_ij = e^(G_i -
+// G_j) q_i.k_j on and below it, G the chunk's running sum of log decays);
+// then, chunk after chunk per head and group of 32 value columns, the part
+// that carries the state: V' = U - W S, O = e^G Q S + M V', S = e^(G_n) S
+// + (e^(G_n - G) K)^T V'; and the gated RMSNorm for all rows at once. Sums
+// run in another order than q35_gdn_rec's, so a chunk agrees with one-row
+// steps within rounding, not bit for bit.
 #include "common.cuh"
 
 
 // Block (row, 0) of 32 * (2 Hk) threads: warp u < Hk normalises q of key
 // head u, warp Hk + u its k (as q35_gdn_rec: r = 1 / sqrtf(ss + 1e-6), q
 // then scaled by dk^-0.5), into qk[row][2][Hk][dk]; then thread h < Hv
-// writes decay and beta into db[row][2][Hv].
+// writes the log of the decay (-exp(A_log) softplus(a + dt_bias)) and beta
+// into db[row][2][Hv].
 extern "C" __global__ void
 q35_gdnc_prep(const float *y, const float *a, const float *b, int ldab,
               const float *neg_a, const float *dt_bias,
@@ -40,116 +46,385 @@ q35_gdnc_prep(const float *y, const float *a, const float *b, int ldab,
     }
     for (int h = threadIdx.x; h < Hv; h += blockDim.x) {
         float av = __fadd_rn(a[(int64_t)row * ldab + h], dt_bias[h]);
-        db[((int64_t)k * 2) * Hv + h] =
-            expf(__fmul_rn(neg_a[h], q35_softplus(av)));
+        db[((int64_t)k * 2) * Hv + h] = __fmul_rn(neg_a[h], q35_softplus(av));
         db[((int64_t)k * 2 + 1) * Hv + h] =
             q35_sigmoid(b[(int64_t)row * ldab + h]);
     }
 }
 
-#define Q35_GDNC_TR 32 // rows staged in shared memory at a time
+// wy[row][head]: W (dk), U (dv), M (Q35_WY_C), G and 3 floats of pad: the
+// per-row record of q35_gdnc_wy, Q35_WY_STRIDE(dk, dv) floats (a multiple
+// of 4 when dk and dv are: records load as float4).
+#define Q35_WY_STRIDE(dk, dv) ((dk) + (dv) + Q35_WY_C + 4)
+#define Q35_F4_ZERO           make_float4(0.0f, 0.0f, 0.0f, 0.0f)
 
-// The recurrence of one prompt chunk. Block (value head h, column block)
-// of Q35_GDNC_WARPS warps; in a warp lane = p * cpw + jj holds rows [16p,
-// 16p + 16) of column j of the head's state (P = ceil(dk / 16) parts, cpw
-// = 32 / P columns a warp: small blocks, many warps, since a row's steps
-// are a chain of dependent sums). Per row: S *= decay; kv = S^T k; d = (v - kv)
-// beta; S += k d^T; o_j = S^T q, raw (q35_gdnc_norm follows). A thread's
-// sums in four partial sums, the part sums by a butterfly over the part
-// lanes. The rows' q, k, v, decay and beta come in tiles of Q35_GDNC_TR
-// rows through shared memory (dk a multiple of 4, at most 128).
-extern "C" __global__ void __launch_bounds__(32 * Q35_GDNC_WARPS)
-    q35_gdnc_rec(const float *qk, const float *db, const float *y, float *o,
-                 const q35_gpu_stream *streams, int si, int slot, int Hk,
-                 int Hv, int dk, int dv, int cd)
+// The chunk's own part. Block (value head, chunk) of 8 warps; warp w
+// computes rows w + 8 r of A, W, M and U, each operand read once for all
+// of its rows (float4 along the shared dimension). Dynamic shared memory:
+// K then V rows and Q rows (Q35_WY_C x (max(dk, dv) + 4) each; the pad
+// keeps a warp's float4 reads of 8 rows on distinct banks), A and T
+// (Q35_WY_C^2 each), G, beta and beta e^G (Q35_WY_C each); dk and dv
+// multiples of 4, dk up to 128 and dv up to 256.
+extern "C" __global__ void __launch_bounds__(256)
+    q35_gdnc_wy(const float *qk, const float *db, const float *y, float *wy,
+                const q35_gpu_stream *streams, int si, int Hk, int Hv, int dk,
+                int dv, int cd)
 {
     Q35_PDL_ENTER();
-    __shared__ float4 sqk[Q35_GDNC_TR * 2 * 32];
-    __shared__ float sv[Q35_GDNC_TR][32 * Q35_GDNC_WARPS];
-    __shared__ float sdb[Q35_GDNC_TR][2];
+    extern __shared__ float4 smw[];
+    const int C = Q35_WY_C;
+    int kst = max(dk, dv) + 4;
+    float *sK = reinterpret_cast<float *>(smw), *sQ = sK + C * kst;
+    float *sA = sQ + C * kst, *sT = sA + C * C;
+    float *sG = sT + C * C, *sB = sG + C, *sBG = sB + C;
     const q35_gpu_stream st = streams[si];
-    int P = (dk + Q35_GDNC_PART - 1) / Q35_GDNC_PART, cpw = 32 / P;
-    int cpb = cpw * Q35_GDNC_WARPS, nb = (dv + cpb - 1) / cpb;
-    int h = blockIdx.x / nb, cb = blockIdx.x % nb;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int p = lane / cpw, jj = lane % cpw;
-    int j = cb * cpb + warp * cpw + jj, i0 = p * Q35_GDNC_PART;
-    bool on = j < dv;
-    int kh = h / (Hv / Hk), kd = Hk * dk, vd = Hv * dv, d4 = dk / 4;
-    int64_t hoff = ((int64_t)slot * Hv + h) * dk * dv;
-    float *S = reinterpret_cast<float *>(st.state) + hoff;
-    float s[Q35_GDNC_PART];
+    int h = blockIdx.x, r0 = blockIdx.y * C, n = min(C, st.count - r0);
+    int kh = h / (Hv / Hk), kd = Hk * dk, tid = threadIdx.x;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, d4 = dk / 4;
+    int64_t ws = Q35_WY_STRIDE(dk, dv);
+    auto rec = [&](int i) { return wy + ((int64_t)(r0 + i) * Hv + h) * ws; };
+#pragma unroll 4
+    for (int x = tid; x < C * d4; x += blockDim.x) {
+        int i = x / d4, c = x % d4;
+        const float4 *r = reinterpret_cast<const float4 *>(
+            qk + ((int64_t)(r0 + i) * 2) * kd + kh * dk);
+        reinterpret_cast<float4 *>(sQ + i * kst)[c] = i < n ? r[c] : Q35_F4_ZERO;
+        reinterpret_cast<float4 *>(sK + i * kst)[c] =
+            i < n ? r[kd / 4 + c] : Q35_F4_ZERO;
+    }
+    if (tid < C) {
+        bool in = tid < n;
+        sG[tid] = in ? db[((int64_t)(r0 + tid) * 2) * Hv + h] : 0.0f;
+        sB[tid] = in ? db[((int64_t)(r0 + tid) * 2 + 1) * Hv + h] : 0.0f;
+    }
+    __syncthreads();
+    if (tid == 0)
+        for (int i = 1; i < C; i++)
+            sG[i] = __fadd_rn(sG[i], sG[i - 1]);
+    __syncthreads();
+    if (tid < C)
+        sBG[tid] = __fmul_rn(sB[tid], expf(sG[tid]));
+    // A (below the diagonal) and M (on and below it): rows warp + 8 r,
+    // columns lane and lane + 32
+    float a[8][2], mm[8][2];
 #pragma unroll
-    for (int ii = 0; ii < Q35_GDNC_PART; ii++)
-        s[ii] = on && i0 + ii < dk ? S[(int64_t)(i0 + ii) * dv + j] : 0.0f;
-    for (int t0 = 0; t0 < st.count; t0 += Q35_GDNC_TR) {
-        int nt = min(Q35_GDNC_TR, st.count - t0);
-        __syncthreads();
-        // q then k of each row, float4s [row][2][d4]
-        for (int x = threadIdx.x; x < nt * 2 * d4; x += blockDim.x) {
-            int r = x / (2 * d4), w = (x / d4) % 2, c = x % d4;
-            sqk[(r * 2 + w) * 32 + c] = reinterpret_cast<const float4 *>(
-                qk + ((int64_t)(t0 + r) * 2 + w) * kd + (int64_t)kh * dk)[c];
-        }
-        for (int x = threadIdx.x; x < nt * cpb; x += blockDim.x) {
-            int r = x / cpb, c = x % cpb, jc = cb * cpb + c;
-            sv[r][c] = jc < dv ? y[(int64_t)(st.first + t0 + r) * cd +
-                                   2 * kd + h * dv + jc]
-                               : 0.0f;
-        }
-        for (int x = threadIdx.x; x < nt * 2; x += blockDim.x)
-            sdb[x / 2][x % 2] = db[((int64_t)(t0 + x / 2) * 2 + x % 2) * Hv + h];
-        __syncthreads();
-        for (int r = 0; r < nt; r++) {
-            float kc[Q35_GDNC_PART], qc[Q35_GDNC_PART];
+    for (int r = 0; r < 8; r++)
+        a[r][0] = a[r][1] = mm[r][0] = mm[r][1] = 0.0f;
+    for (int c = 0; c < d4; c++) {
+        float4 kj[2];
 #pragma unroll
-            for (int c = 0; c < Q35_GDNC_PART / 4; c++) {
-                bool in = i0 + 4 * c < dk;
-                float4 q4 = in ? sqk[(r * 2) * 32 + i0 / 4 + c]
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                float4 k4 = in ? sqk[(r * 2 + 1) * 32 + i0 / 4 + c]
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                qc[4 * c] = q4.x;
-                qc[4 * c + 1] = q4.y;
-                qc[4 * c + 2] = q4.z;
-                qc[4 * c + 3] = q4.w;
-                kc[4 * c] = k4.x;
-                kc[4 * c + 1] = k4.y;
-                kc[4 * c + 2] = k4.z;
-                kc[4 * c + 3] = k4.w;
+        for (int u = 0; u < 2; u++)
+            kj[u] = reinterpret_cast<const float4 *>(sK + (lane + 32 * u) *
+                                                              kst)[c];
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+            int i = warp + 8 * r;
+            float4 ki = reinterpret_cast<const float4 *>(sK + i * kst)[c];
+            float4 qi = reinterpret_cast<const float4 *>(sQ + i * kst)[c];
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                a[r][u] = fmaf(ki.x, kj[u].x, a[r][u]);
+                a[r][u] = fmaf(ki.y, kj[u].y, a[r][u]);
+                a[r][u] = fmaf(ki.z, kj[u].z, a[r][u]);
+                a[r][u] = fmaf(ki.w, kj[u].w, a[r][u]);
+                mm[r][u] = fmaf(qi.x, kj[u].x, mm[r][u]);
+                mm[r][u] = fmaf(qi.y, kj[u].y, mm[r][u]);
+                mm[r][u] = fmaf(qi.z, kj[u].z, mm[r][u]);
+                mm[r][u] = fmaf(qi.w, kj[u].w, mm[r][u]);
             }
-            float v = sv[r][warp * cpw + jj], dec = sdb[r][0], bet = sdb[r][1];
-            // four partial sums (rows ii mod 4), then (0 + 1) + (2 + 3)
-            float kv4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int ii = 0; ii < Q35_GDNC_PART; ii++) {
-                s[ii] = __fmul_rn(s[ii], dec);
-                kv4[ii & 3] = __fmaf_rn(kc[ii], s[ii], kv4[ii & 3]);
-            }
-            float kv =
-                __fadd_rn(__fadd_rn(kv4[0], kv4[1]), __fadd_rn(kv4[2], kv4[3]));
-            for (int off = cpw; off < 32; off <<= 1)
-                kv = __fadd_rn(kv, __shfl_xor_sync(0xffffffffu, kv, off));
-            float d = __fmul_rn(__fsub_rn(v, kv), bet);
-            float o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int ii = 0; ii < Q35_GDNC_PART; ii++) {
-                s[ii] = __fmaf_rn(kc[ii], d, s[ii]);
-                o4[ii & 3] = __fmaf_rn(qc[ii], s[ii], o4[ii & 3]);
-            }
-            float oj =
-                __fadd_rn(__fadd_rn(o4[0], o4[1]), __fadd_rn(o4[2], o4[3]));
-            for (int off = cpw; off < 32; off <<= 1)
-                oj = __fadd_rn(oj, __shfl_xor_sync(0xffffffffu, oj, off));
-            if (on && p == 0)
-                o[(int64_t)(st.first + t0 + r) * vd + h * dv + j] = oj;
         }
     }
-    if (on)
 #pragma unroll
-        for (int ii = 0; ii < Q35_GDNC_PART; ii++)
-            if (i0 + ii < dk)
-                S[(int64_t)(i0 + ii) * dv + j] = s[ii];
+    for (int r = 0; r < 8; r++) {
+        int i = warp + 8 * r;
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            int j = lane + 32 * u;
+            float g = expf(sG[i] - sG[j]);
+            sA[i * C + j] = j < i && i < n
+                                ? __fmul_rn(__fmul_rn(sB[i], g), a[r][u])
+                                : 0.0f;
+            if (i < n)
+                rec(i)[dk + dv + j] = j <= i ? __fmul_rn(g, mm[r][u]) : 0.0f;
+        }
+    }
+    if (tid < n)
+        rec(tid)[dk + dv + C] = sG[tid];
+    __syncthreads();
+    // T row by row: T_i = e_i - sum_{j < i} A_ij T_j
+    for (int i = 0; i < C; i++) {
+        for (int x = tid; x < C; x += blockDim.x) {
+            float t = x == i ? 1.0f : 0.0f;
+            for (int j = x; j < i; j++)
+                t = fmaf(-sA[i * C + j], sT[j * C + x], t);
+            sT[i * C + x] = x <= i ? t : 0.0f;
+        }
+        __syncthreads();
+    }
+    // W = T (beta e^G K): rows warp + 8 r, columns lane + 32 q
+    for (int q0 = 0; q0 < dk; q0 += 128) {
+        float w[8][4];
+#pragma unroll
+        for (int r = 0; r < 8; r++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                w[r][q] = 0.0f;
+        for (int j = 0; j < C; j++) {
+            float kv[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int e = q0 + lane + 32 * q;
+                kv[q] = e < dk ? __fmul_rn(sBG[j], sK[j * kst + e]) : 0.0f;
+            }
+#pragma unroll
+            for (int r = 0; r < 8; r++) {
+                float t = sT[(warp + 8 * r) * C + j];
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    w[r][q] = fmaf(t, kv[q], w[r][q]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 8; r++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int i = warp + 8 * r, e = q0 + lane + 32 * q;
+                if (i < n && e < dk)
+                    rec(i)[e] = w[r][q];
+            }
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int x = tid; x < C * (dv / 4); x += blockDim.x) {
+        int i = x / (dv / 4), c = x % (dv / 4);
+        const float4 *r = reinterpret_cast<const float4 *>(
+            y + (int64_t)(st.first + r0 + i) * cd + 2 * kd + h * dv);
+        reinterpret_cast<float4 *>(sK + i * kst)[c] = i < n ? r[c] : Q35_F4_ZERO;
+    }
+    __syncthreads();
+    // U = T (beta V), the same way
+    for (int q0 = 0; q0 < dv; q0 += 128) {
+        float u[8][4];
+#pragma unroll
+        for (int r = 0; r < 8; r++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                u[r][q] = 0.0f;
+        for (int j = 0; j < C; j++) {
+            float vv[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int e = q0 + lane + 32 * q;
+                vv[q] = e < dv ? __fmul_rn(sB[j], sK[j * kst + e]) : 0.0f;
+            }
+#pragma unroll
+            for (int r = 0; r < 8; r++) {
+                float t = sT[(warp + 8 * r) * C + j];
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    u[r][q] = fmaf(t, vv[q], u[r][q]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 8; r++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int i = warp + 8 * r, e = q0 + lane + 32 * q;
+                if (i < n && e < dv)
+                    rec(i)[dk + e] = u[r][q];
+            }
+    }
+}
+
+// The part that carries the state, chunk after chunk. Block (value head,
+// group of 32 value columns) of 8 warps, lane l on column 32 g + l; the
+// state's columns stay in shared memory. Warp w computes rows w + 8 r of
+// V' and O and rows w + 8 r of the new S, each operand read once for all
+// of its rows (float4 along the shared dimension). Dynamic shared memory:
+// S (dk x 32), V' (Q35_WY_C x 32), W then Q rows (Q35_WY_C x dk), K^T
+// scaled by e^(G_n - G) (dk x (Q35_WY_C + 4)), M (Q35_WY_C^2), G and
+// e^(G_n - G) (Q35_WY_C each); dk a multiple of 4 up to 128. Writes each
+// row's raw output (q35_gdnc_norm follows).
+#define Q35_WY_KT (Q35_WY_C + 4)
+extern "C" __global__ void __launch_bounds__(256)
+    q35_gdnc_apply(const float *qk, const float *wy, float *o,
+                   const q35_gpu_stream *streams, int si, int slot, int Hk,
+                   int Hv, int dk, int dv)
+{
+    Q35_PDL_ENTER();
+    extern __shared__ float4 sm4[];
+    const int C = Q35_WY_C;
+    float *sS = reinterpret_cast<float *>(sm4), *sV = sS + dk * 32;
+    float *sX = sV + C * 32, *sKt = sX + C * dk, *sM = sKt + dk * Q35_WY_KT;
+    float *sG = sM + C * C, *sE = sG + C;
+    const q35_gpu_stream st = streams[si];
+    int ng = (dv + 31) / 32, h = blockIdx.x / ng, x0 = (blockIdx.x % ng) * 32;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
+    int col = x0 + lane;
+    bool on = col < dv;
+    int kh = h / (Hv / Hk), kd = Hk * dk, vd = Hv * dv, d4 = dk / 4;
+    int64_t ws = Q35_WY_STRIDE(dk, dv);
+    float *S = reinterpret_cast<float *>(st.state) +
+               ((int64_t)slot * Hv + h) * dk * dv;
+    for (int x = tid; x < dk * 32; x += blockDim.x) {
+        int e = x / 32, l = x % 32;
+        sS[x] = x0 + l < dv ? S[(int64_t)e * dv + x0 + l] : 0.0f;
+    }
+    for (int r0 = 0; r0 < st.count; r0 += C) {
+        int n = min(C, st.count - r0);
+        auto rec = [&](int i) {
+            return wy + ((int64_t)(r0 + i) * Hv + h) * ws;
+        };
+        auto rec4 = [&](int i, int off) {
+            return reinterpret_cast<const float4 *>(rec(i) + off);
+        };
+        __syncthreads();
+#pragma unroll 4
+        for (int x = tid; x < C * d4; x += blockDim.x) {
+            int i = x / d4, c = x % d4;
+            reinterpret_cast<float4 *>(sX)[x] = i < n ? rec4(i, 0)[c] : Q35_F4_ZERO;
+        }
+        for (int x = tid; x < C * 8; x += blockDim.x) {
+            int i = x / 8, c = x % 8;
+            reinterpret_cast<float4 *>(sV)[x] = i < n && x0 + 4 * c < dv
+                                                    ? rec4(i, dk + x0)[c]
+                                                    : Q35_F4_ZERO;
+        }
+#pragma unroll 4
+        for (int x = tid; x < C * (C / 4); x += blockDim.x) {
+            int i = x / (C / 4), c = x % (C / 4);
+            reinterpret_cast<float4 *>(sM)[x] =
+                i < n ? rec4(i, dk + dv)[c] : Q35_F4_ZERO;
+        }
+        if (tid < C)
+            sG[tid] = tid < n ? rec(tid)[dk + dv + C] : 0.0f;
+        __syncthreads();
+        float gn = sG[n - 1];
+        if (tid < C)
+            sE[tid] = tid < n ? expf(gn - sG[tid]) : 0.0f;
+        // V' = U - W S for rows warp + 8 r
+        float acc[8];
+#pragma unroll
+        for (int r = 0; r < 8; r++)
+            acc[r] = sV[(warp + 8 * r) * 32 + lane];
+        for (int c = 0; c < d4; c++) {
+            float s0 = sS[(4 * c) * 32 + lane], s1 = sS[(4 * c + 1) * 32 + lane];
+            float s2 = sS[(4 * c + 2) * 32 + lane];
+            float s3 = sS[(4 * c + 3) * 32 + lane];
+#pragma unroll
+            for (int r = 0; r < 8; r++) {
+                float4 w4 = reinterpret_cast<const float4 *>(
+                    sX + (warp + 8 * r) * dk)[c];
+                acc[r] = fmaf(-w4.x, s0, acc[r]);
+                acc[r] = fmaf(-w4.y, s1, acc[r]);
+                acc[r] = fmaf(-w4.z, s2, acc[r]);
+                acc[r] = fmaf(-w4.w, s3, acc[r]);
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < 8; r++)
+            sV[(warp + 8 * r) * 32 + lane] = acc[r];
+        // Q rows; K^T rows scaled by e^(G_n - G_j) (a lane per key)
+#pragma unroll 4
+        for (int x = tid; x < C * d4; x += blockDim.x) {
+            int i = x / d4, c = x % d4;
+            reinterpret_cast<float4 *>(sX)[x] =
+                i < n ? reinterpret_cast<const float4 *>(
+                            qk + ((int64_t)(r0 + i) * 2) * kd + kh * dk)[c]
+                      : Q35_F4_ZERO;
+        }
+#pragma unroll 4
+        for (int x = tid; x < C * d4; x += blockDim.x) {
+            int j = x % C, c = x / C;
+            float4 k = j < n ? reinterpret_cast<const float4 *>(
+                                   qk + ((int64_t)(r0 + j) * 2 + 1) * kd +
+                                   kh * dk)[c]
+                             : Q35_F4_ZERO;
+            float ej = sE[j];
+            sKt[(4 * c) * Q35_WY_KT + j] = __fmul_rn(k.x, ej);
+            sKt[(4 * c + 1) * Q35_WY_KT + j] = __fmul_rn(k.y, ej);
+            sKt[(4 * c + 2) * Q35_WY_KT + j] = __fmul_rn(k.z, ej);
+            sKt[(4 * c + 3) * Q35_WY_KT + j] = __fmul_rn(k.w, ej);
+        }
+        __syncthreads();
+        // O = e^G Q S + M V' (M is zero above its diagonal)
+#pragma unroll
+        for (int r = 0; r < 8; r++)
+            acc[r] = 0.0f;
+        for (int c = 0; c < d4; c++) {
+            float s0 = sS[(4 * c) * 32 + lane], s1 = sS[(4 * c + 1) * 32 + lane];
+            float s2 = sS[(4 * c + 2) * 32 + lane];
+            float s3 = sS[(4 * c + 3) * 32 + lane];
+#pragma unroll
+            for (int r = 0; r < 8; r++) {
+                float4 q4 = reinterpret_cast<const float4 *>(
+                    sX + (warp + 8 * r) * dk)[c];
+                acc[r] = fmaf(q4.x, s0, acc[r]);
+                acc[r] = fmaf(q4.y, s1, acc[r]);
+                acc[r] = fmaf(q4.z, s2, acc[r]);
+                acc[r] = fmaf(q4.w, s3, acc[r]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 8; r++)
+            acc[r] = __fmul_rn(acc[r], expf(sG[warp + 8 * r]));
+        for (int c = 0; c < C / 4; c++) {
+            float v0 = sV[(4 * c) * 32 + lane], v1 = sV[(4 * c + 1) * 32 + lane];
+            float v2 = sV[(4 * c + 2) * 32 + lane];
+            float v3 = sV[(4 * c + 3) * 32 + lane];
+#pragma unroll
+            for (int r = 0; r < 8; r++) {
+                float4 m4 = reinterpret_cast<const float4 *>(
+                    sM + (warp + 8 * r) * C)[c];
+                acc[r] = fmaf(m4.x, v0, acc[r]);
+                acc[r] = fmaf(m4.y, v1, acc[r]);
+                acc[r] = fmaf(m4.z, v2, acc[r]);
+                acc[r] = fmaf(m4.w, v3, acc[r]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+            int i = warp + 8 * r;
+            if (on && i < n)
+                o[(int64_t)(st.first + r0 + i) * vd + h * dv + col] = acc[r];
+        }
+        // S = e^(G_n) S + (e^(G_n - G) K)^T V' for rows warp + 8 r
+        float en = expf(gn), sa[16];
+#pragma unroll
+        for (int r = 0; r < 16; r++)
+            sa[r] = warp + 8 * r < dk
+                        ? __fmul_rn(en, sS[(warp + 8 * r) * 32 + lane])
+                        : 0.0f;
+        for (int c = 0; c < C / 4; c++) {
+            float v0 = sV[(4 * c) * 32 + lane], v1 = sV[(4 * c + 1) * 32 + lane];
+            float v2 = sV[(4 * c + 2) * 32 + lane];
+            float v3 = sV[(4 * c + 3) * 32 + lane];
+#pragma unroll
+            for (int r = 0; r < 16; r++) {
+                int e = warp + 8 * r;
+                if (e < dk) {
+                    float4 k4 = reinterpret_cast<const float4 *>(
+                        sKt + e * Q35_WY_KT)[c];
+                    sa[r] = fmaf(k4.x, v0, sa[r]);
+                    sa[r] = fmaf(k4.y, v1, sa[r]);
+                    sa[r] = fmaf(k4.z, v2, sa[r]);
+                    sa[r] = fmaf(k4.w, v3, sa[r]);
+                }
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < 16; r++)
+            if (warp + 8 * r < dk)
+                sS[(warp + 8 * r) * 32 + lane] = sa[r];
+    }
+    __syncthreads();
+    for (int x = tid; x < dk * 32; x += blockDim.x) {
+        int e = x / 32, l = x % 32;
+        if (x0 + l < dv)
+            S[(int64_t)e * dv + x0 + l] = sS[x];
+    }
 }
 
 // The gated RMSNorm of a chunk's outputs, in place: block (row, value
