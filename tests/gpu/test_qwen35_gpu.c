@@ -81,6 +81,21 @@ static int32_t argmax(const float *x, int32_t n, float *margin)
     return b;
 }
 
+/* Each of n rows of got has the argmax of ref's row wherever ref's top-2
+ * margin exceeds tol. */
+static void same_argmax(const char *what, const float *got, const float *ref,
+                        int32_t n, int32_t V, double tol)
+{
+    for (int32_t t = 0; t < n; t++) {
+        float m1, m2;
+        int32_t a = argmax(got + (size_t)t * V, V, &m1);
+        int32_t b = argmax(ref + (size_t)t * V, V, &m2);
+        ck_assert_msg(a == b || m2 <= tol,
+                      "%s position %d: %d, want %d (margin %g)", what, t, a, b,
+                      m2);
+    }
+}
+
 /* The prompt in one forward on the GPU: every position within TOL of
  * transformers and of the CPU path (cpu_dir: the same model for the CPU,
  * NULL: model's fixture dir); then greedy decoding one row at a time, fed
@@ -782,14 +797,7 @@ static void check_chunk(const char *dir, double tol, int vocab_ids, int no_gemm)
     ck_assert_msg(memcmp(chunk, steps, cnt * 4) != 0,
                   "%s: the chunk equals the steps bit for bit: no chunk path",
                   dir);
-    for (int32_t t = 0; t < N; t++) {
-        float m1, m2;
-        int32_t a = argmax(chunk + (size_t)t * V, V, &m1);
-        int32_t b = argmax(steps + (size_t)t * V, V, &m2);
-        ck_assert_msg(a == b || m2 <= tol,
-                      "%s position %d: chunk %d, steps %d (margin %g)", dir, t,
-                      a, b, m2);
-    }
+    same_argmax(dir, chunk, steps, N, V, tol);
     free(chunk);
     free(steps);
     free(lc);
@@ -862,14 +870,7 @@ START_TEST(affine4_matches_cpu)
     ck_assert_msg(vs_cpu < TOL, "affine-4: GPU vs CPU %g", vs_cpu);
     ck_assert_msg(vs_steps < TOL, "affine-4: prompt vs steps %g", vs_steps);
     ck_assert_msg(vs_bf16 > 1e-3, "affine-4: the same as BF16 (%g)", vs_bf16);
-    for (int32_t t = 0; t < P; t++) {
-        float m1, m2;
-        int32_t a = argmax(lg + (size_t)t * V, V, &m1);
-        int32_t b = argmax(lc + (size_t)t * V, V, &m2);
-        ck_assert_msg(a == b || m2 <= TOL,
-                      "affine-4 position %d: GPU %d, CPU %d (margin %g)", t, a,
-                      b, m2);
-    }
+    same_argmax("affine-4 (GPU vs CPU)", lg, lc, P, V, TOL);
     free(lg);
     free(lc);
     free(steps);
