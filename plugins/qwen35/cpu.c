@@ -98,6 +98,7 @@ typedef struct q35_attn_job {
     float *o;        /* [T, nh*hd] */
 } q35_attn_job;
 
+/* Per (row, query head) of the rows that are not a prompt chunk's. */
 static void LOOM_ABI q35_attn_task(void *ctx, int64_t begin, int64_t end)
 {
     const q35_attn_job *j = ctx;
@@ -107,6 +108,8 @@ static void LOOM_ABI q35_attn_task(void *ctx, int64_t begin, int64_t end)
     float scale = 1.0f / sqrtf((float)hd);
     for (int64_t i = begin; i < end; i++) {
         int64_t t = i / nh, h = i % nh;
+        if (j->m->s.prompt[t] && j->m->s.prompt_attn)
+            continue; /* q35_attn_chunk_task's */
         const loom_row *r = loom_round_row(j->round, (int32_t)t);
         const loom_cpu_kv *kv = &r->cache->kv[j->slot];
         const float *q = j->qg + t * 2 * nh * hd + h * 2 * hd;
@@ -120,6 +123,67 @@ static void LOOM_ABI q35_attn_task(void *ctx, int64_t begin, int64_t end)
         for (int64_t d = 0; d < hd; d++)
             o[d] *= loom_cpu_sigmoid(gate[d]);
     }
+}
+
+/* A prompt chunk's rows (consecutive in the round, from round row t0) in
+ * blocks of Q35_ATTN_BLOCK per query head: loom_cpu_attend_chunk, four rows
+ * sharing each K and V row (the rows' kernel where its scratch cannot be
+ * had: same result within rounding), then the output gates. */
+#define Q35_ATTN_BLOCK 16
+typedef struct q35_chunk_job {
+    const loom_model *m;
+    const loom_round *round;
+    int slot;
+    const float *qg;
+    float *o;
+    int64_t t0, count;
+} q35_chunk_job;
+
+static void LOOM_ABI q35_attn_chunk_task(void *ctx, int64_t begin, int64_t end)
+{
+    const q35_chunk_job *j = ctx;
+    const q35_geometry *g = &j->m->g;
+    int64_t nh = g->n_heads, hd = g->head_dim;
+    int64_t kvh_of = nh / g->n_kv_heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t i = begin; i < end; i++) {
+        int64_t k0 = (i / nh) * Q35_ATTN_BLOCK, h = i % nh;
+        int64_t n =
+            j->count - k0 < Q35_ATTN_BLOCK ? j->count - k0 : Q35_ATTN_BLOCK;
+        int64_t t = j->t0 + k0, kvh = h / kvh_of;
+        const loom_row *r = loom_round_row(j->round, (int32_t)t);
+        const loom_cpu_kv *kv = &r->cache->kv[j->slot];
+        const float *q = j->qg + t * 2 * nh * hd + h * 2 * hd;
+        float *o = j->o + t * nh * hd + h * hd;
+        const float *kk = kv->k + kvh * hd, *vv = kv->v + kvh * hd;
+        if (loom_cpu_attend_chunk(o, nh * hd, q, 2 * nh * hd, n, r->position,
+                                  kk, vv, kv->width, hd, scale) != LOOM_OK)
+            for (int64_t a = 0; a < n; a++)
+                loom_cpu_attend_head_blocked(
+                    o + a * nh * hd, q + a * 2 * nh * hd, kk, vv,
+                    r->position + a + 1, kv->width, hd, scale);
+        for (int64_t a = 0; a < n; a++) {
+            const float *gate = q + a * 2 * nh * hd + hd;
+            float *oa = o + a * nh * hd;
+            for (int64_t d = 0; d < hd; d++)
+                oa[d] *= loom_cpu_sigmoid(gate[d]);
+        }
+    }
+}
+
+/* Whether plan stream sm is a prompt chunk whose rows are consecutive in
+ * the round (from *t0), as the lane gives them. */
+static int q35_chunk_rows(const loom_model *m, const loom_plan_stream *sm,
+                          int64_t *t0)
+{
+    int64_t first = loom_plan_row(&m->plan, sm, 0);
+    if (!m->s.prompt[first])
+        return 0;
+    for (int32_t k = 1; k < sm->count; k++)
+        if (loom_plan_row(&m->plan, sm, k) != first + k)
+            return 0;
+    *t0 = first;
+    return 1;
 }
 
 static void q35_attention(loom_model *m, const loom_round *round,
@@ -149,6 +213,26 @@ static void q35_attention(loom_model *m, const loom_round *round,
         /* every row's K/V first: later rows of a stream attend to earlier */
         loom_cpu_kv_put(&r->cache->kv[slot], r->position, k,
                         s->big2 + t * nkv * hd);
+    }
+    /* prompt chunks attend in blocks of rows, the rest row by row (all of
+     * them when a prompt chunk's rows are not consecutive) */
+    s->prompt_attn = 1;
+    for (int32_t i = 0; i < m->plan.n_streams; i++) {
+        int64_t t0;
+        const loom_plan_stream *sm = &m->plan.streams[i];
+        if (s->prompt[loom_plan_row(&m->plan, sm, 0)] &&
+            !q35_chunk_rows(m, sm, &t0))
+            s->prompt_attn = 0;
+    }
+    for (int32_t i = 0; s->prompt_attn && i < m->plan.n_streams; i++) {
+        const loom_plan_stream *sm = &m->plan.streams[i];
+        int64_t t0;
+        if (!q35_chunk_rows(m, sm, &t0))
+            continue;
+        q35_chunk_job cj = {m, round, slot, s->big0, s->o, t0, sm->count};
+        host->parallel_for(
+            host, (sm->count + Q35_ATTN_BLOCK - 1) / Q35_ATTN_BLOCK * nh,
+            q35_attn_chunk_task, &cj);
     }
     q35_attn_job job = {m, round, slot, s->big0, s->o};
     host->parallel_for(host, T * nh, q35_attn_task, &job);

@@ -233,6 +233,71 @@ START_TEST(attention_blocked_long)
 }
 END_TEST
 
+/* loom_cpu_attend_chunk (a prompt chunk's rows, four at a time) against
+ * loom_cpu_attend_head_blocked row by row. Bound: its scores sum in
+ * another order, each off by at most delta = 2 hd 2^-24 scale max_j
+ * sum_i |q_i k_ji| (two float32 dot products of hd terms); weights
+ * e^(s_j - m) / sum then move by a factor within e^(+-2 delta), the output
+ * by expm1(2 delta) max|v|, plus the rounding of two float32 weighted sums
+ * of n_ctx terms, 2 n_ctx 2^-24 max|v|. */
+START_TEST(attention_chunk_bound)
+{
+    enum { N = 700, W = 260 };
+    float *k = malloc((size_t)N * W * sizeof(float));
+    float *v = malloc((size_t)N * W * sizeof(float));
+    float *q = malloc((size_t)N * W * sizeof(float));
+    float *out = malloc((size_t)N * W * sizeof(float)), ref[W];
+    uint32_t x = 11;
+    for (int i = 0; i < N * W; i++) {
+        x = x * 1664525u + 1013904223u;
+        k[i] = (float)((x >> 8) & 0xffff) / 65536.0f - 0.5f;
+        x = x * 1664525u + 1013904223u;
+        v[i] = (float)((x >> 8) & 0xffff) / 32768.0f - 1.0f;
+        x = x * 1664525u + 1013904223u;
+        q[i] = (float)((x >> 8) & 0xffff) / 8192.0f - 4.0f;
+    }
+    static const int64_t dims[] = {2, 7, 64, 129, 256};
+    static const int64_t shapes[][2] = {{1, 0},    {3, 5},    {4, 0},
+                                        {17, 300}, {40, 250}, {N - 300, 300}};
+    float scale = 0.0625f;
+    for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            int64_t hd = dims[di], n = shapes[si][0], pos0 = shapes[si][1];
+            ck_assert_int_eq(loom_cpu_attend_chunk(out, W, q, W, n, pos0, k, v,
+                                                   W, hd, scale),
+                             LOOM_OK);
+            for (int64_t r = 0; r < n; r++) {
+                int64_t ctx = pos0 + r + 1;
+                const float *qr = q + r * W;
+                loom_cpu_attend_head_blocked(ref, qr, k, v, ctx, W, hd, scale);
+                double most = 0, vmax = 0;
+                for (int64_t j = 0; j < ctx; j++) {
+                    double a = 0;
+                    for (int64_t i = 0; i < hd; i++) {
+                        a += fabs((double)qr[i] * k[j * W + i]);
+                        vmax = fmax(vmax, fabs(v[j * W + i]));
+                    }
+                    most = fmax(most, a);
+                }
+                double delta = 2.0 * hd * ldexp(1.0, -24) * scale * most;
+                double bound =
+                    (expm1(2 * delta) + 2.0 * ctx * ldexp(1.0, -24)) * vmax;
+                for (int64_t i = 0; i < hd; i++)
+                    ck_assert_msg(fabs(out[r * W + i] - ref[i]) <= bound,
+                                  "hd %lld, row %lld at %lld: %g vs %g "
+                                  "(bound %g)",
+                                  (long long)hd, (long long)r,
+                                  (long long)(pos0 + r), out[r * W + i], ref[i],
+                                  bound);
+            }
+        }
+    free(k);
+    free(v);
+    free(q);
+    free(out);
+}
+END_TEST
+
 START_TEST(attention_gqa)
 {
     /* 4 query heads over 2 KV heads of dim 2: heads 0,1 read KV head 0 */
@@ -327,6 +392,7 @@ int main(void)
     tcase_add_test(tc, attention);
     tcase_add_test(tc, attention_blocked_long);
     tcase_add_test(tc, attention_gqa);
+    tcase_add_test(tc, attention_chunk_bound);
     tcase_add_test(tc, conv);
     tcase_add_test(tc, tensors);
     suite_add_tcase(s, tc);

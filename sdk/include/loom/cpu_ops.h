@@ -118,6 +118,18 @@ void loom_cpu_attend_head(float *out, const float *q, const float *k,
 void loom_cpu_attend_head_blocked(float *out, const float *q, const float *k,
                                   const float *v, int64_t n_ctx, int64_t stride,
                                   int64_t head_dim, float scale);
+/* Attention for n_rows rows of a prompt chunk, one head: row r's query at
+ * q + r q_stride, at position pos0 + r, over positions [0, pos0 + r] of k
+ * and v (rows `stride` apart), into out + r out_stride. Four rows at a
+ * time share each K and V row; sixteen-lane sums, so it agrees with
+ * loom_cpu_attend_head_blocked row by row within float32 rounding, not bit
+ * for bit (for prompt chunks only). LOOM_ERR_NOMEM when its scratch of
+ * 4 (pos0 + n_rows) + head_dim floats cannot be had. */
+loom_status loom_cpu_attend_chunk(float *out, int64_t out_stride,
+                                  const float *q, int64_t q_stride,
+                                  int64_t n_rows, int64_t pos0, const float *k,
+                                  const float *v, int64_t stride,
+                                  int64_t head_dim, float scale);
 /* All n_heads query heads of one row over positions [0, n_ctx) of kv, GQA:
  * query head h uses kv head h / (n_heads / n_kv_heads). q is
  * [n_heads*head_dim], out the same. scores: scratch of n_ctx floats. */
