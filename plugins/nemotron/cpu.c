@@ -263,6 +263,7 @@ struct attn_job {
     fwd *f;
     const nem_layer *L;
     float scale;
+    int chunks; /* prompt chunks attend in blocks (attend_chunk) */
 };
 
 /* Items are (row, query head) pairs, dealt round-robin over n_slots slots
@@ -280,6 +281,8 @@ static void LOOM_ABI attend_slots(void *ctx, int64_t s0, int64_t s1)
         float *scores = f->scores + slot * max64(f->max_ctx, 1);
         for (int64_t it = slot; it < total; it += f->n_slots) {
             int64_t r = it / nq, h = it % nq;
+            if (j->chunks && f->prompt[r])
+                continue; /* attend_chunk's */
             const loom_row *row = loom_round_row(f->round, (int32_t)r);
             const loom_cpu_kv *kv = &row->cache->kv[j->L->slot];
             loom_cpu_attend_head(
@@ -288,6 +291,59 @@ static void LOOM_ABI attend_slots(void *ctx, int64_t s0, int64_t s1)
                 (int64_t)row->position + 1, kv->width, hd, j->scale, scores);
         }
     }
+}
+
+/* A prompt chunk's rows (consecutive in the round, from round row t0) in
+ * blocks of NEM_ATTN_BLOCK per query head: loom_cpu_attend_chunk, four
+ * rows sharing each K and V row (the rows' kernel where its scratch
+ * cannot be had: the same result within rounding). */
+#define NEM_ATTN_BLOCK 16
+struct chunk_job {
+    fwd *f;
+    const nem_layer *L;
+    float scale;
+    int32_t t0, count;
+};
+
+static void LOOM_ABI attend_chunk(void *ctx, int64_t begin, int64_t end)
+{
+    const struct chunk_job *j = ctx;
+    fwd *f = j->f;
+    const nem_geometry *g = f->g;
+    int64_t nq = g->n_q_heads, hd = g->head_dim;
+    int64_t group = nq / g->n_kv_heads, q_w = nq * hd;
+    for (int64_t i = begin; i < end; i++) {
+        int64_t k0 = (i / nq) * NEM_ATTN_BLOCK, h = i % nq;
+        int64_t n =
+            j->count - k0 < NEM_ATTN_BLOCK ? j->count - k0 : NEM_ATTN_BLOCK;
+        int64_t r = j->t0 + k0;
+        const loom_row *row = loom_round_row(f->round, (int32_t)r);
+        const loom_cpu_kv *kv = &row->cache->kv[j->L->slot];
+        const float *kk = kv->k + (h / group) * hd;
+        const float *vv = kv->v + (h / group) * hd;
+        float *o = f->c + r * q_w + h * hd;
+        const float *q = f->a + r * q_w + h * hd;
+        if (loom_cpu_attend_chunk(o, q_w, q, q_w, n, row->position, kk, vv,
+                                  kv->width, hd, j->scale) != LOOM_OK)
+            for (int64_t a = 0; a < n; a++)
+                loom_cpu_attend_head_blocked(o + a * q_w, q + a * q_w, kk, vv,
+                                             row->position + a + 1, kv->width,
+                                             hd, j->scale);
+    }
+}
+
+/* Whether plan stream ps is a prompt chunk whose rows are consecutive in
+ * the round (from *t0), as the lane gives them. */
+static int chunk_rows(const fwd *f, const loom_plan_stream *ps, int32_t *t0)
+{
+    int32_t first = loom_plan_row(f->p, ps, 0);
+    if (!f->prompt || !f->prompt[first])
+        return 0;
+    for (int32_t k = 1; k < ps->count; k++)
+        if (loom_plan_row(f->p, ps, k) != first + k)
+            return 0;
+    *t0 = first;
+    return 1;
 }
 
 static void attention_block(fwd *f, const nem_layer *L)
@@ -304,7 +360,27 @@ static void attention_block(fwd *f, const nem_layer *L)
         loom_cpu_kv_put(&row->cache->kv[L->slot], row->position, f->b + r * kvw,
                         f->c + r * kvw);
     }
-    struct attn_job job = {f, L, (float)(1.0 / sqrt((double)g->head_dim))};
+    float scale = (float)(1.0 / sqrt((double)g->head_dim));
+    /* prompt chunks attend in blocks of rows, the rest row by row (all of
+     * them when a prompt chunk's rows are not consecutive) */
+    int chunks = f->prompt != NULL;
+    for (int32_t i = 0; chunks && i < f->p->n_streams; i++) {
+        const loom_plan_stream *ps = &f->p->streams[i];
+        int32_t t0;
+        if (f->prompt[loom_plan_row(f->p, ps, 0)] && !chunk_rows(f, ps, &t0))
+            chunks = 0;
+    }
+    for (int32_t i = 0; chunks && i < f->p->n_streams; i++) {
+        const loom_plan_stream *ps = &f->p->streams[i];
+        struct chunk_job cj = {f, L, scale, 0, ps->count};
+        if (!chunk_rows(f, ps, &cj.t0))
+            continue;
+        host->parallel_for(host,
+                           (ps->count + NEM_ATTN_BLOCK - 1) / NEM_ATTN_BLOCK *
+                               g->n_q_heads,
+                           attend_chunk, &cj);
+    }
+    struct attn_job job = {f, L, scale, chunks};
     host->parallel_for(host, f->n_slots, attend_slots, &job);
     loom_cpu_matmul_rows(host, &L->wo, f->c, f->mix, f->n, f->prompt);
 }
