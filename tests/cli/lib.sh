@@ -38,6 +38,11 @@ lib_cleanup() {
 serve_start() {
   local model=$1
   shift
+  # emptied here, before the server starts: the background job truncates
+  # them only when it runs, and the wait below must not read the address
+  # a server started earlier printed there
+  : >"$tmp/out"
+  : >"$tmp/err"
   "$loom" serve "$model" --port 0 "$@" >"$tmp/out" 2>"$tmp/err" &
   pid=$!
   # up to 5 minutes: a sanitizer build on a loaded 2-core machine is slow

@@ -62,6 +62,7 @@ grep -q 'is a model checkpoint (family qwen35), not a drafter' "$tmp/err2" ||
   fail "model as drafter: $(cat "$tmp/err2")"
 echo "refusals name what they are"
 
+: >"$tmp/out" # emptied first: the wait below reads it for the address
 "$loom" serve "$model" --port 0 --plugin-path "$plugins" \
   --drafter "$tmp/oracle" >"$tmp/out" 2>"$tmp/err" &
 pid=$!
