@@ -295,8 +295,7 @@ static void LOOM_ABI attend_slots(void *ctx, int64_t s0, int64_t s1)
 
 /* A prompt chunk's rows (consecutive in the round, from round row t0) in
  * blocks of NEM_ATTN_BLOCK per query head: loom_cpu_attend_chunk, four
- * rows sharing each K and V row (the rows' kernel where its scratch
- * cannot be had: the same result within rounding). */
+ * rows sharing each K and V row. */
 #define NEM_ATTN_BLOCK 16
 struct chunk_job {
     fwd *f;
@@ -323,27 +322,9 @@ static void LOOM_ABI attend_chunk(void *ctx, int64_t begin, int64_t end)
         const float *vv = kv->v + (h / group) * hd;
         float *o = f->c + r * q_w + h * hd;
         const float *q = f->a + r * q_w + h * hd;
-        if (loom_cpu_attend_chunk(o, q_w, q, q_w, n, row->position, kk, vv,
-                                  kv->width, hd, j->scale) != LOOM_OK)
-            for (int64_t a = 0; a < n; a++)
-                loom_cpu_attend_head_blocked(o + a * q_w, q + a * q_w, kk, vv,
-                                             row->position + a + 1, kv->width,
-                                             hd, j->scale);
+        loom_cpu_attend_chunk(o, q_w, q, q_w, n, row->position, kk, vv,
+                              kv->width, hd, j->scale);
     }
-}
-
-/* Whether plan stream ps is a prompt chunk whose rows are consecutive in
- * the round (from *t0), as the lane gives them. */
-static int chunk_rows(const fwd *f, const loom_plan_stream *ps, int32_t *t0)
-{
-    int32_t first = loom_plan_row(f->p, ps, 0);
-    if (!f->prompt || !f->prompt[first])
-        return 0;
-    for (int32_t k = 1; k < ps->count; k++)
-        if (loom_plan_row(f->p, ps, k) != first + k)
-            return 0;
-    *t0 = first;
-    return 1;
 }
 
 static void attention_block(fwd *f, const nem_layer *L)
@@ -363,18 +344,13 @@ static void attention_block(fwd *f, const nem_layer *L)
     float scale = (float)(1.0 / sqrt((double)g->head_dim));
     /* prompt chunks attend in blocks of rows, the rest row by row (all of
      * them when a prompt chunk's rows are not consecutive) */
-    int chunks = f->prompt != NULL;
+    int chunks = loom_cpu_chunks_consecutive(f->p);
     for (int32_t i = 0; chunks && i < f->p->n_streams; i++) {
         const loom_plan_stream *ps = &f->p->streams[i];
-        int32_t t0;
-        if (f->prompt[loom_plan_row(f->p, ps, 0)] && !chunk_rows(f, ps, &t0))
-            chunks = 0;
-    }
-    for (int32_t i = 0; chunks && i < f->p->n_streams; i++) {
-        const loom_plan_stream *ps = &f->p->streams[i];
-        struct chunk_job cj = {f, L, scale, 0, ps->count};
-        if (!chunk_rows(f, ps, &cj.t0))
+        int64_t t0 = loom_cpu_chunk_first(f->p, ps);
+        if (t0 < 0)
             continue;
+        struct chunk_job cj = {f, L, scale, (int32_t)t0, ps->count};
         host->parallel_for(host,
                            (ps->count + NEM_ATTN_BLOCK - 1) / NEM_ATTN_BLOCK *
                                g->n_q_heads,

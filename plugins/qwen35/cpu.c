@@ -96,6 +96,7 @@ typedef struct q35_attn_job {
     int slot;
     const float *qg; /* [T, 2*nh*hd]: per head [q | gate] */
     float *o;        /* [T, nh*hd] */
+    int chunks;      /* prompt chunks' rows are q35_attn_chunk_task's */
 } q35_attn_job;
 
 /* Per (row, query head) of the rows that are not a prompt chunk's. */
@@ -108,7 +109,7 @@ static void LOOM_ABI q35_attn_task(void *ctx, int64_t begin, int64_t end)
     float scale = 1.0f / sqrtf((float)hd);
     for (int64_t i = begin; i < end; i++) {
         int64_t t = i / nh, h = i % nh;
-        if (j->m->s.prompt[t] && j->m->s.prompt_attn)
+        if (j->chunks && j->m->s.prompt[t])
             continue; /* q35_attn_chunk_task's */
         const loom_row *r = loom_round_row(j->round, (int32_t)t);
         const loom_cpu_kv *kv = &r->cache->kv[j->slot];
@@ -127,8 +128,7 @@ static void LOOM_ABI q35_attn_task(void *ctx, int64_t begin, int64_t end)
 
 /* A prompt chunk's rows (consecutive in the round, from round row t0) in
  * blocks of Q35_ATTN_BLOCK per query head: loom_cpu_attend_chunk, four rows
- * sharing each K and V row (the rows' kernel where its scratch cannot be
- * had: same result within rounding), then the output gates. */
+ * sharing each K and V row, then the output gates. */
 #define Q35_ATTN_BLOCK 16
 typedef struct q35_chunk_job {
     const loom_model *m;
@@ -155,13 +155,9 @@ static void LOOM_ABI q35_attn_chunk_task(void *ctx, int64_t begin, int64_t end)
         const loom_cpu_kv *kv = &r->cache->kv[j->slot];
         const float *q = j->qg + t * 2 * nh * hd + h * 2 * hd;
         float *o = j->o + t * nh * hd + h * hd;
-        const float *kk = kv->k + kvh * hd, *vv = kv->v + kvh * hd;
-        if (loom_cpu_attend_chunk(o, nh * hd, q, 2 * nh * hd, n, r->position,
-                                  kk, vv, kv->width, hd, scale) != LOOM_OK)
-            for (int64_t a = 0; a < n; a++)
-                loom_cpu_attend_head_blocked(
-                    o + a * nh * hd, q + a * 2 * nh * hd, kk, vv,
-                    r->position + a + 1, kv->width, hd, scale);
+        loom_cpu_attend_chunk(o, nh * hd, q, 2 * nh * hd, n, r->position,
+                              kv->k + kvh * hd, kv->v + kvh * hd, kv->width, hd,
+                              scale);
         for (int64_t a = 0; a < n; a++) {
             const float *gate = q + a * 2 * nh * hd + hd;
             float *oa = o + a * nh * hd;
@@ -169,21 +165,6 @@ static void LOOM_ABI q35_attn_chunk_task(void *ctx, int64_t begin, int64_t end)
                 oa[d] *= loom_cpu_sigmoid(gate[d]);
         }
     }
-}
-
-/* Whether plan stream sm is a prompt chunk whose rows are consecutive in
- * the round (from *t0), as the lane gives them. */
-static int q35_chunk_rows(const loom_model *m, const loom_plan_stream *sm,
-                          int64_t *t0)
-{
-    int64_t first = loom_plan_row(&m->plan, sm, 0);
-    if (!m->s.prompt[first])
-        return 0;
-    for (int32_t k = 1; k < sm->count; k++)
-        if (loom_plan_row(&m->plan, sm, k) != first + k)
-            return 0;
-    *t0 = first;
-    return 1;
 }
 
 static void q35_attention(loom_model *m, const loom_round *round,
@@ -216,25 +197,18 @@ static void q35_attention(loom_model *m, const loom_round *round,
     }
     /* prompt chunks attend in blocks of rows, the rest row by row (all of
      * them when a prompt chunk's rows are not consecutive) */
-    s->prompt_attn = 1;
-    for (int32_t i = 0; i < m->plan.n_streams; i++) {
-        int64_t t0;
+    int chunks = loom_cpu_chunks_consecutive(&m->plan);
+    for (int32_t i = 0; chunks && i < m->plan.n_streams; i++) {
         const loom_plan_stream *sm = &m->plan.streams[i];
-        if (s->prompt[loom_plan_row(&m->plan, sm, 0)] &&
-            !q35_chunk_rows(m, sm, &t0))
-            s->prompt_attn = 0;
-    }
-    for (int32_t i = 0; s->prompt_attn && i < m->plan.n_streams; i++) {
-        const loom_plan_stream *sm = &m->plan.streams[i];
-        int64_t t0;
-        if (!q35_chunk_rows(m, sm, &t0))
+        int64_t t0 = loom_cpu_chunk_first(&m->plan, sm);
+        if (t0 < 0)
             continue;
         q35_chunk_job cj = {m, round, slot, s->big0, s->o, t0, sm->count};
         host->parallel_for(
             host, (sm->count + Q35_ATTN_BLOCK - 1) / Q35_ATTN_BLOCK * nh,
             q35_attn_chunk_task, &cj);
     }
-    q35_attn_job job = {m, round, slot, s->big0, s->o};
+    q35_attn_job job = {m, round, slot, s->big0, s->o, chunks};
     host->parallel_for(host, T * nh, q35_attn_task, &job);
     loom_cpu_matmul_rows(host, &L->o_proj, s->o, s->proj, T, s->prompt);
 }

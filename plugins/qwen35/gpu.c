@@ -599,7 +599,8 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
         4;
     g->gdn_chunk =
         dk % 4 == 0 && dk <= 128 && dv % 4 == 0 && dv <= 256 &&
-        2 * G->lin_k_heads <= 32 && G->conv_kernel - 1 <= Q35_PROMPT_MIN_ROWS &&
+        2 * G->lin_k_heads <= 32 &&
+        G->conv_kernel - 1 <= LOOM_PROMPT_MIN_ROWS &&
         wy_smem <= cu->smem_per_block_optin &&
         apply_smem <= cu->smem_per_block_optin &&
         cu->funcSetAttribute(g->fn.gdnc_wy, 8, (int)wy_smem) == 0 &&

@@ -72,12 +72,6 @@ typedef struct q35_gpu_scratch {
  * row and stream tables, the caches they point to) lives in device memory
  * the graph reads at replay. */
 #define Q35_GRAPHS 32
-
-/* A stream's rows of a round are a prompt chunk when it has no speculative
- * row and at least this many rows: its products may take tensor cores
- * (within a tolerance of the decode kernels, whose rows are bit-identical
- * to each other in every round). */
-#define Q35_PROMPT_MIN_ROWS 32
 typedef struct q35_graph {
     int32_t T, ns, n_logits, n_tap;
     int seen; /* ran uncaptured once: capture on the next */
@@ -123,8 +117,8 @@ typedef struct q35_gpu {
     int attn_chunk; /* ... and of attention (q35_attn_chunk) */
     unsigned wy_smem, apply_smem; /* the delta rule's chunk kernels' */
     unsigned attn_chunk_smem;     /* its dynamic shared memory */
-    /* the round's prompt chunks (Q35_PROMPT_MIN_ROWS rows or more, no
-     * speculative row): their streams, placed after every other row */
+    /* the round's prompt chunks (loom_plan_prompt_chunk): their streams,
+     * placed after every other row */
     int32_t *pc, n_pc, pc_row0;
     /* per-round host tables (the rows by stream are m->plan's) */
     int32_t *dev_of; /* [max_rows] round row -> device row */

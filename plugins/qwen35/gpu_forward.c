@@ -303,7 +303,7 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
                &log_size, &log_conv, &ld_in);
     /* prompt chunks: the conv in segments of rows */
     for (int32_t i = 0; i < g->n_pc && g->gdn_chunk; i++) {
-        int si = g->pc[i], seg = Q35_PROMPT_MIN_ROWS;
+        int si = g->pc[i], seg = LOOM_PROMPT_MIN_ROWS;
         int nseg = (g->dstreams[si].count + seg - 1) / seg;
         Q35_LAUNCH(conv_chunk, (cd + 127) / 128, nseg, 128, 0, &qkv,
                    &s->conv_out, &L->conv_w, &s->streams, &si, &slot, &cd, &K,
@@ -618,7 +618,7 @@ loom_status q35_gpu_forward(loom_model *m, const loom_round *round,
     for (int32_t i = 0; (g->gemm || g->gdn_chunk || g->attn_chunk) && i < ns;
          i++) {
         const loom_plan_stream *sm = &p->streams[i];
-        if (sm->first_spec < 0 && sm->count >= Q35_PROMPT_MIN_ROWS)
+        if (loom_plan_prompt_chunk(sm))
             g->pc[g->n_pc++] = i;
         else
             n_other += sm->count;
@@ -629,8 +629,7 @@ loom_status q35_gpu_forward(loom_model *m, const loom_round *round,
         const loom_plan_stream *sm = &p->streams[i];
         q35_gpu_stream *d = &g->dstreams[i];
         q35_gpu_cache_view(m, sm->cache, d);
-        int pc =
-            g->n_pc && sm->first_spec < 0 && sm->count >= Q35_PROMPT_MIN_ROWS;
+        int pc = g->n_pc && loom_plan_prompt_chunk(sm);
         int32_t *next = pc ? &at_pc : &at;
         d->first = *next;
         *next += sm->count;

@@ -160,7 +160,6 @@ typedef struct q35_scratch {
     float *z, *b, *a;          /* [R, value_dim], [R, Hv], [R, Hv] */
     float *decay, *beta;       /* [R, Hv] */
     uint8_t *prompt;           /* [R] rows of prompt chunks (cpu_ops.h) */
-    int prompt_attn;           /* this layer's prompt chunks attend in blocks */
     q35_moe_scratch moe;
     int64_t big;
 } q35_scratch;

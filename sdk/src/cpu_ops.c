@@ -466,11 +466,33 @@ void loom_cpu_prompt_rows(const loom_round_plan *plan, uint8_t *prompt)
     memset(prompt, 0, (size_t)plan->n_rows);
     for (int32_t i = 0; i < plan->n_streams; i++) {
         const loom_plan_stream *s = &plan->streams[i];
-        if (s->first_spec >= 0 || s->count < LOOM_CPU_PROMPT_MIN_ROWS)
+        if (!loom_plan_prompt_chunk(s))
             continue;
         for (int32_t k = 0; k < s->count; k++)
             prompt[loom_plan_row(plan, s, k)] = 1;
     }
+}
+
+int64_t loom_cpu_chunk_first(const loom_round_plan *plan,
+                             const loom_plan_stream *s)
+{
+    if (!loom_plan_prompt_chunk(s))
+        return -1;
+    int64_t first = loom_plan_row(plan, s, 0);
+    for (int32_t k = 1; k < s->count; k++)
+        if (loom_plan_row(plan, s, k) != first + k)
+            return -1;
+    return first;
+}
+
+int loom_cpu_chunks_consecutive(const loom_round_plan *plan)
+{
+    for (int32_t i = 0; i < plan->n_streams; i++) {
+        const loom_plan_stream *s = &plan->streams[i];
+        if (loom_plan_prompt_chunk(s) && loom_cpu_chunk_first(plan, s) < 0)
+            return 0;
+    }
+    return 1;
 }
 
 void loom_cpu_matmul_rows(const loom_host *host, const loom_weight *w,

@@ -7,20 +7,12 @@
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
+import { check, finish } from './checks.mjs';
+
 const baseURL = process.argv[2];
 const context = Number(process.argv[3]);
 const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
 
-let failed = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}: ${e && e.stack ? e.stack : e}`);
-  }
-}
 
 const model = 'loom/tiny';
 const user = [{ role: 'user', content: 'hi' }];
@@ -119,5 +111,4 @@ await check('response_format and other fields loom does not honour: 400 by name'
     (e) => e instanceof OpenAI.BadRequestError && e.error?.param === 'modalities');
 });
 
-console.log(failed ? `${failed} check(s) failed` : 'all checks passed');
-process.exit(failed ? 1 : 0);
+finish();

@@ -5,6 +5,8 @@
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
+import { check, finish } from './checks.mjs';
+
 const baseURL = process.argv[2];
 const apiKey = process.argv[3] || 'unused';
 if (!baseURL) {
@@ -13,16 +15,6 @@ if (!baseURL) {
 }
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60000 });
 
-let failed = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}: ${e && e.stack ? e.stack : e}`);
-  }
-}
 
 const models = await client.models.list();
 const model = models.data[0]?.id;
@@ -170,5 +162,4 @@ await check('a bad request is a BadRequestError (400)', async () => {
       e.error?.param === 'max_tokens');
 });
 
-console.log(failed ? `${failed} check(s) failed` : 'all checks passed');
-process.exit(failed ? 1 : 0);
+finish();

@@ -11,6 +11,8 @@
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
+import { check, finish } from './checks.mjs';
+
 const baseURL = process.argv[2];
 const apiKey = process.argv[3] || 'unused';
 if (!baseURL) {
@@ -19,16 +21,6 @@ if (!baseURL) {
 }
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60000 });
 
-let failed = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}: ${e && e.stack ? e.stack : e}`);
-  }
-}
 
 const model = (await client.models.list()).data[0].id;
 const seed = 11;
@@ -119,5 +111,4 @@ await check('completions: two prompts with n=2: four choices, prompt i at 2i and
   assert.equal(r.usage.prompt_tokens, pa + pb);
 });
 
-console.log(failed ? `${failed} check(s) failed` : 'all checks passed');
-process.exit(failed ? 1 : 0);
+finish();

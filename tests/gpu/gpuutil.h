@@ -10,6 +10,13 @@
 #include <loom/cuda_runtime.h>
 #include <loom/engine.h>
 
+/* setenv / unsetenv where the C library has neither (the suites build on
+ * Windows too; define _POSIX_C_SOURCE before any header for the others). */
+#ifdef _WIN32
+#define setenv(k, v, o) _putenv_s(k, v)
+#define unsetenv(k)     _putenv_s(k, "")
+#endif
+
 /* The exit code ctest reads as "skipped" (SKIP_RETURN_CODE). */
 #define GPU_SKIP 77
 

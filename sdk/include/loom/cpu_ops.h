@@ -123,13 +123,13 @@ void loom_cpu_attend_head_blocked(float *out, const float *q, const float *k,
  * and v (rows `stride` apart), into out + r out_stride. Four rows at a
  * time share each K and V row; sixteen-lane sums, so it agrees with
  * loom_cpu_attend_head_blocked row by row within float32 rounding, not bit
- * for bit (for prompt chunks only). LOOM_ERR_NOMEM when its scratch of
- * 4 (pos0 + n_rows) + head_dim floats cannot be had. */
-loom_status loom_cpu_attend_chunk(float *out, int64_t out_stride,
-                                  const float *q, int64_t q_stride,
-                                  int64_t n_rows, int64_t pos0, const float *k,
-                                  const float *v, int64_t stride,
-                                  int64_t head_dim, float scale);
+ * for bit (for prompt chunks only). Where its scratch of 4 (pos0 + n_rows)
+ * + head_dim floats cannot be had, each row goes through
+ * loom_cpu_attend_head_blocked instead. */
+void loom_cpu_attend_chunk(float *out, int64_t out_stride, const float *q,
+                           int64_t q_stride, int64_t n_rows, int64_t pos0,
+                           const float *k, const float *v, int64_t stride,
+                           int64_t head_dim, float scale);
 /* All n_heads query heads of one row over positions [0, n_ctx) of kv, GQA:
  * query head h uses kv head h / (n_heads / n_kv_heads). q is
  * [n_heads*head_dim], out the same. scores: scratch of n_ctx floats. */
@@ -173,17 +173,19 @@ void loom_cpu_matmul_view(const loom_host *host, const loom_weight *w,
 
 /* ---------------------------------------------------------------- prompts */
 
-/* A stream's rows of a round are a prompt chunk for the linear layers when
- * it has no speculative row and at least this many rows: they may go
- * through host->matmul_prompt. Windows, one-row steps and short chunks stay
- * on host->matmul, whose rows are bit-identical to each other. */
-#define LOOM_CPU_PROMPT_MIN_ROWS 32
+struct loom_round_plan;  /* loom/round_plan.h */
+struct loom_plan_stream; /* loom/round_plan.h */
 
-struct loom_round_plan; /* loom/round_plan.h */
-
-/* prompt[t] = 1 for round row t of a prompt chunk (above), else 0; prompt
- * holds plan->n_rows bytes. */
+/* prompt[t] = 1 for round row t of a prompt chunk (loom_plan_prompt_chunk,
+ * round_plan.h), else 0; prompt holds plan->n_rows bytes. */
 void loom_cpu_prompt_rows(const struct loom_round_plan *plan, uint8_t *prompt);
+/* The round row of stream s's first row when s is a prompt chunk whose rows
+ * are consecutive in the round (as the lane gives them), else -1. */
+int64_t loom_cpu_chunk_first(const struct loom_round_plan *plan,
+                             const struct loom_plan_stream *s);
+/* 1 when every prompt chunk of the round has consecutive rows: its rows
+ * may then be left to chunk kernels and skipped by the row kernels. */
+int loom_cpu_chunks_consecutive(const struct loom_round_plan *plan);
 /* y[t] = W x[t] for t < n: each run of consecutive rows with prompt[t] set
  * through host->matmul_prompt (host->matmul on a host without it), the
  * other runs through host->matmul. Each kernel's rows do not depend on what

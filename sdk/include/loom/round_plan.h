@@ -99,6 +99,18 @@ static inline int32_t loom_plan_n_spec(const loom_plan_stream *s)
     return s->first_spec < 0 ? 0 : s->count - s->first_spec;
 }
 
+/* A stream's rows of a round are a prompt chunk when it has no speculative
+ * row and at least LOOM_PROMPT_MIN_ROWS rows: a family may run them
+ * through its prompt kernels (matrix products, chunked attention and
+ * recurrences), which agree with its row kernels within a tolerance.
+ * Windows, one-row steps and short chunks stay on the row kernels, whose
+ * rows are bit-identical to each other. */
+#define LOOM_PROMPT_MIN_ROWS 32
+static inline int loom_plan_prompt_chunk(const loom_plan_stream *s)
+{
+    return s->first_spec < 0 && s->count >= LOOM_PROMPT_MIN_ROWS;
+}
+
 #ifdef __cplusplus
 }
 #endif
