@@ -65,6 +65,13 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
                 snprintf(t[n++].name, 32, "q35_gemv%d%s_%s", r ? 8 : 1,
                          u ? "_glu" : "", gd[i]);
             }
+    for (int i = 0; i < 2; i++)
+        for (int u = 0; u < 2; u++)
+            for (int k = 0; k < 4; k++) {
+                t[n].f = &F->gemvs[i][u][k];
+                snprintf(t[n++].name, 32, "q35_gemvs%d%s_%s", 1 << k,
+                         u ? "_glu" : "", gd[i]);
+            }
     for (int r = 0; r < 2; r++)
         for (int u = 0; u < 2; u++) {
             t[n].f = &F->q4[r][u];
@@ -618,6 +625,13 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
         g->attn_chunk = 1;
         g->attn_chunk_smem = (unsigned)smem;
     }
+    /* one-row products through shared memory (sm_90 bulk copies) */
+    g->gemvs = cu->cc_major >= 9 && Q35_GEMVS_SMEM <= cu->smem_per_block_optin;
+    for (int i = 0; i < 2 && g->gemvs; i++)
+        for (int u = 0; u < 2 && g->gemvs; u++)
+            for (int k = 0; k < 4 && g->gemvs; k++)
+                g->gemvs = cu->funcSetAttribute(g->fn.gemvs[i][u][k], 8,
+                                                Q35_GEMVS_SMEM) == 0;
     g->lay = (q35_gpu_log){(int32_t)m->log.conv, (int32_t)m->log.k,
                            (int32_t)m->log.v,    (int32_t)m->log.decay,
                            (int32_t)m->log.beta, (int32_t)m->log.size};

@@ -41,6 +41,9 @@ typedef struct q35_gpu_fns {
     loom_cu_function linear[3];
     /* the streaming form (linear.cu): [bf16, f16][1 row, 8 rows][SwiGLU] */
     loom_cu_function gemv[2][2][2];
+    /* one row through shared memory (gemv_stream.cu): [bf16, f16][SwiGLU]
+     * [wpr 1, 2, 4, 8] */
+    loom_cu_function gemvs[2][2][4];
     /* affine 4-bit (linear.cu): [1 row, 8 rows][SwiGLU]; its embedding */
     loom_cu_function q4[2][2], embed_q4;
     loom_cu_function rmsnorm, conv, conv_restore;
@@ -117,6 +120,7 @@ typedef struct q35_gpu {
     int attn_chunk; /* ... and of attention (q35_attn_chunk) */
     unsigned wy_smem, apply_smem; /* the delta rule's chunk kernels' */
     unsigned attn_chunk_smem;     /* its dynamic shared memory */
+    int gemvs;                    /* one-row products take the gemvs kernels */
     /* the round's prompt chunks (loom_plan_prompt_chunk): their streams,
      * placed after every other row */
     int32_t *pc, n_pc, pc_row0;

@@ -122,6 +122,24 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
         int wpr = q35_wpr(rows, cols);
         /* one token per block for experts (each row its own) and steps */
         int many = T > 1 && !sel, glu = mode == 2;
+        /* a step: the weights through shared memory, in the same order;
+         * as many ring stages as fit beside the row's activations */
+        int stage = Q35_GEMVS_RPW * Q35_GEMVS_SLAB * 2;
+        int ns = (Q35_GEMVS_SMEM - cols * 4) / stage;
+        if (ns > Q35_GEMVS_NS)
+            ns = Q35_GEMVS_NS;
+        if (!many && !sel && R->g->gemvs && ns >= 2) {
+            int k = wpr == 1 ? 0 : wpr == 2 ? 1 : wpr == 4 ? 2 : 3;
+            int nb = R->g->cu->sm_count * Q35_GEMVS_BPS;
+            if (nb > rows)
+                nb = rows;
+            unsigned smem = (unsigned)(ns * stage + cols * 4);
+            void *args[] = {&wp,   &w2p,  &x,    &ldx, &y,   &ldy,
+                            &rows, &cols, &mode, &nw,  &eps, &ns};
+            return q35_gpu_launch(R->g, R->g->fn.gemvs[dt][glu][k],
+                                  (unsigned)nb, (unsigned)T, 288, smem, args,
+                                  "q35_gemvs", R->err);
+        }
         int nt = many ? 8 : 1;
         int rpw = many ? Q35_GEMV8_RPW / (glu ? 2 : 1) : (glu ? 2 : 4);
         int64_t warps = ((int64_t)rows + rpw - 1) / rpw * wpr;

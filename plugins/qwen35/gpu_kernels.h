@@ -25,6 +25,17 @@ typedef struct q35_gpu_row {
  * of each of its two weights). */
 #define Q35_GEMV8_RPW 4
 
+/* The one-row product through shared memory (cuda/gemv_stream.cu): columns
+ * and rows per ring stage (SwiGLU: half as many rows of each weight), at
+ * most Q35_GEMVS_NS stages, blocks per SM, and the dynamic shared memory a
+ * block may take (the ring and the row's activations) for that many to fit
+ * on an SM of 228 KiB. */
+#define Q35_GEMVS_SLAB 2048
+#define Q35_GEMVS_RPW  8
+#define Q35_GEMVS_NS   3
+#define Q35_GEMVS_BPS  2
+#define Q35_GEMVS_SMEM (112 * 1024)
+
 /* The chunk attention (q35_attn_chunk): query rows per warp, per block of
  * 4 warps. */
 #define Q35_AC_R 8

@@ -1,0 +1,270 @@
+// The one-row product y = W x for BF16 and F16 weights (rows a multiple of
+// 8 long), the weights streamed through shared memory by bulk copies
+// (cp.async.bulk, sm_90): a producer warp keeps a ring of slabs in flight
+// for the block's 8 consumer warps, so each SM has tens of kilobytes of
+// weights on the way without a register holding them. Each block takes an
+// equal run of output rows. A row is summed in the order of q35_gemv_body
+// for the same wpr (warps per row, from the weight's shape alone): each
+// lane's 256-column chunks of its part in order, the 8 of a chunk in order,
+// the butterfly, the parts in part order. So a one-row step and the rows of
+// a window (q35_gemv8) give the same bits.
+#include "common.cuh"
+
+// A slab: 8 chunks of 256 columns of a group of rows, one stage of the ring.
+#define Q35_SLAB Q35_GEMVS_SLAB
+
+__device__ __forceinline__ uint32_t q35_smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void q35_bar_init(uint64_t *bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(
+                     q35_smem_addr(bar)),
+                 "r"(count)
+                 : "memory");
+}
+
+__device__ __forceinline__ void q35_bar_expect(uint64_t *bar, uint32_t bytes)
+{
+    asm volatile(
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+            q35_smem_addr(bar)),
+        "r"(bytes)
+        : "memory");
+}
+
+__device__ __forceinline__ void q35_bar_wait(uint64_t *bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(q35_smem_addr(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+// bytes (a multiple of 16) from global src to shared dst, counted on bar.
+__device__ __forceinline__ void q35_bulk_load(void *dst, const void *src,
+                                              uint32_t bytes, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
+                 "bytes [%0], [%1], %2, [%3];" ::"r"(q35_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(q35_smem_addr(bar))
+                 : "memory");
+}
+
+// Unit i of a block: group g = i / nsl of RPW rows (of w, then of w2 for
+// GLU), slab s = i % nsl; thread 0 loads it into stage i % NS.
+template <typename W, int RPW, bool GLU>
+__device__ __forceinline__ void
+q35_slab_issue(const W *w, const W *w2, int64_t ra, int64_t rb, int cols,
+               int nsl, int i, W *stage, uint64_t *bar)
+{
+    int g = i / nsl, s = i % nsl;
+    int64_t r0 = ra + (int64_t)g * RPW;
+    int live = (int)min((int64_t)RPW, rb - r0);
+    int c0 = s * Q35_SLAB;
+    int n = min(Q35_SLAB, cols - c0);
+    uint32_t bytes = (uint32_t)n * (uint32_t)sizeof(W);
+    q35_bar_expect(bar, bytes * (uint32_t)live * (GLU ? 2u : 1u));
+    for (int j = 0; j < live; j++) {
+        int64_t off = (r0 + j) * cols + c0;
+        q35_bulk_load(stage + (int64_t)j * Q35_SLAB, w + off, bytes, bar);
+        if (GLU)
+            q35_bulk_load(stage + (int64_t)(RPW + j) * Q35_SLAB, w2 + off,
+                          bytes, bar);
+    }
+}
+
+__device__ __forceinline__ void q35_bar_arrive(uint64_t *bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(
+                     q35_smem_addr(bar))
+                 : "memory");
+}
+
+// The 8 consumer warps' own barrier (the producer has left).
+__device__ __forceinline__ void q35_consumers_sync()
+{
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+}
+
+// Block of 288 threads: warps 0..7 consume, warp 8 produces. A stage holds S
+// = RPW rows (SwiGLU: RPW of w, then RPW of w2) by Q35_SLAB columns; ns of
+// them (at most NS) lie in dynamic shared memory, then the row's cols
+// activations. In a slab, consumer warp w takes part w % WPR (the slab's
+// chunks p, p + WPR, ...) of the stage rows w / WPR, w / WPR + 8 / WPR, ...
+// With nw, x is the residual stream and the RMSNorm is applied as
+// q35_gemv_body does (per-thread sums over 256 threads, then q35_block_sum's
+// order, then (x r) nw rounded per multiply).
+template <typename W, int RPW, bool GLU, int NS, int WPR>
+__device__ __forceinline__ void
+q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
+               int ldy, int rows, int cols, int mode, const float *nw,
+               float eps, int ns)
+{
+    constexpr int S = GLU ? 2 * RPW : RPW;
+    constexpr int G = 8 / WPR; // rows a slab's chunks serve at once
+    constexpr int M = S / G;   // stage rows per warp
+    constexpr int K = 8 / WPR; // chunks per warp and row in a slab
+    extern __shared__ __align__(128) unsigned char q35_dyn[];
+    W *ring = reinterpret_cast<W *>(q35_dyn);
+    // the activations: every slab reads them, and a load from L2 on each
+    // slab's path would stall the ring
+    float *xs = reinterpret_cast<float *>(ring + (int64_t)ns * S * Q35_SLAB);
+    __shared__ __align__(8) uint64_t full[NS], empty[NS];
+    // double: a group's part sums are read while the next group's are
+    // written
+    __shared__ float red[2][S][WPR];
+    __shared__ float bred[32];
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int64_t ra = (int64_t)rows * blockIdx.x / gridDim.x;
+    int64_t rb = (int64_t)rows * (blockIdx.x + 1) / gridDim.x;
+    int nsl = (cols + Q35_SLAB - 1) / Q35_SLAB;
+    int ng = (int)((rb - ra + RPW - 1) / RPW);
+    int nu = ng * nsl;
+    int t = blockIdx.y;
+    q35_pdl_allow();
+    if (tid == 0) {
+        for (int k = 0; k < ns; k++) {
+            q35_bar_init(&full[k], 1);
+            q35_bar_init(&empty[k], 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (warp == 8) {
+        // the producer reads weights only, never a forward's writes, so it
+        // does not wait for the kernel before
+        if (lane == 0)
+            for (int i = 0; i < nu; i++) {
+                int st = i % ns;
+                if (i >= ns)
+                    q35_bar_wait(&empty[st], (uint32_t)(i / ns - 1) & 1u);
+                q35_slab_issue<W, RPW, GLU>(w, w2, ra, rb, cols, nsl, i,
+                                            ring + (int64_t)st * S * Q35_SLAB,
+                                            &full[st]);
+            }
+        return;
+    }
+    q35_pdl_wait();
+    const float *xr = x + (int64_t)t * ldx;
+    if (nw) {
+        float ss = 0.0f;
+        for (int i = tid; i < cols; i += 256)
+            ss = fmaf(xr[i], xr[i], ss);
+        ss = q35_warp_sum(ss);
+        if (lane == 0)
+            bred[warp] = ss;
+        q35_consumers_sync();
+        float s2 = lane < 8 ? bred[lane] : 0.0f;
+        s2 = q35_warp_sum(s2);
+        float r = 1.0f / sqrtf(s2 / (float)cols + eps);
+        for (int i = tid; i < cols; i += 256)
+            xs[i] = __fmul_rn(__fmul_rn(xr[i], r), nw[i]);
+    } else {
+        for (int i = tid; i < cols; i += 256)
+            xs[i] = xr[i];
+    }
+    q35_consumers_sync();
+    int part = warp % WPR, row0 = warp / WPR;
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; m++)
+        acc[m] = 0.0f;
+    for (int i = 0; i < nu; i++) {
+        int st = i % ns, g = i / nsl, s = i % nsl;
+        int64_t r0 = ra + (int64_t)g * RPW;
+        int live = (int)min((int64_t)RPW, rb - r0);
+        q35_bar_wait(&full[st], (uint32_t)(i / ns) & 1u);
+        const W *sg = ring + (int64_t)st * S * Q35_SLAB;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int cs = (part + k * WPR) * 256 + lane * 8;
+            int c = s * Q35_SLAB + cs;
+            if (c < cols) {
+                float4 a = *reinterpret_cast<const float4 *>(xs + c);
+                float4 b = *reinterpret_cast<const float4 *>(xs + c + 4);
+                float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                for (int m = 0; m < M; m++) {
+                    int j = row0 + m * G;
+                    if ((j < RPW ? j : j - RPW) >= live)
+                        continue;
+                    float wv[8];
+                    q35_cvt8(*reinterpret_cast<const uint4 *>(
+                                 sg + (int64_t)j * Q35_SLAB + cs),
+                             sg, wv);
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        acc[m] = fmaf(wv[e], xv[e], acc[m]);
+                }
+            }
+        }
+        __syncwarp();
+        if (lane == 0)
+            q35_bar_arrive(&empty[st]);
+        if (s < nsl - 1)
+            continue;
+        // the group's last slab: part sums, then each row's parts in order
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            float v = q35_warp_sum(acc[m]);
+            if (lane == 0)
+                red[g & 1][row0 + m * G][part] = v;
+            acc[m] = 0.0f;
+        }
+        q35_consumers_sync();
+        if (tid < live) {
+            float v = red[g & 1][tid][0];
+            for (int q = 1; q < WPR; q++)
+                v = __fadd_rn(v, red[g & 1][tid][q]);
+            float *o = y + (int64_t)t * ldy + r0 + tid;
+            if (GLU) {
+                float v2 = red[g & 1][RPW + tid][0];
+                for (int q = 1; q < WPR; q++)
+                    v2 = __fadd_rn(v2, red[g & 1][RPW + tid][q]);
+                *o = __fmul_rn(q35_silu(v), v2);
+            } else if (mode == 1) {
+                *o = __fadd_rn(*o, v);
+            } else {
+                *o = v;
+            }
+        }
+    }
+}
+
+// Bulk copies and transaction barriers are sm_90's; the host launches these
+// kernels only there, and older targets compile them empty.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define Q35_GEMVS_SM90(...)
+#else
+#define Q35_GEMVS_SM90(...) __VA_ARGS__
+#endif
+
+#define Q35_GEMVS(name, W, RPW, GLU, WPR)                                      \
+    extern "C" __global__ void __launch_bounds__(288)                          \
+        name(const W *w, const W *w2, const float *x, int ldx, float *y,       \
+             int ldy, int rows, int cols, int mode, const float *nw,           \
+             float eps, int ns)                                                \
+    {                                                                          \
+        Q35_GEMVS_SM90(q35_gemvs_body<W, RPW, GLU, Q35_GEMVS_NS, WPR>(         \
+            w, w2, x, ldx, y, ldy, rows, cols, mode, nw, eps, ns));            \
+    }
+#define Q35_GEMVS_ALL(W, tag)                                                  \
+    Q35_GEMVS(q35_gemvs1_##tag, W, Q35_GEMVS_RPW, false, 1)                    \
+    Q35_GEMVS(q35_gemvs2_##tag, W, Q35_GEMVS_RPW, false, 2)                    \
+    Q35_GEMVS(q35_gemvs4_##tag, W, Q35_GEMVS_RPW, false, 4)                    \
+    Q35_GEMVS(q35_gemvs8_##tag, W, Q35_GEMVS_RPW, false, 8)                    \
+    Q35_GEMVS(q35_gemvs1_glu_##tag, W, Q35_GEMVS_RPW / 2, true, 1)             \
+    Q35_GEMVS(q35_gemvs2_glu_##tag, W, Q35_GEMVS_RPW / 2, true, 2)             \
+    Q35_GEMVS(q35_gemvs4_glu_##tag, W, Q35_GEMVS_RPW / 2, true, 4)             \
+    Q35_GEMVS(q35_gemvs8_glu_##tag, W, Q35_GEMVS_RPW / 2, true, 8)
+
+Q35_GEMVS_ALL(uint16_t, bf16)
+Q35_GEMVS_ALL(__half, f16)
