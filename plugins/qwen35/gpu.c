@@ -87,6 +87,7 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     Q35_FN(conv, "q35_conv");
     Q35_FN(conv_restore, "q35_conv_restore");
     Q35_FN(gdn_rec, "q35_gdn_rec");
+    Q35_FN(gdn_rec4, "q35_gdn_rec4");
     Q35_FN(gdn_replay, "q35_gdn_replay");
     Q35_FN(attn_prep, "q35_attn_prep");
     Q35_FN(attention, "q35_attention");
@@ -148,20 +149,20 @@ static uint64_t q35_lin_bytes(const loom_weight *w)
            (w->dtype == LOOM_DTYPE_F32 ? 4u : 2u);
 }
 
-/* An affine weight's scales or biases as float32 on the device (exact from
- * BF16 and F16), converted through a host buffer. */
-static loom_cu_ptr q35_put_groups(q35_arena *a, const loom_weight *w,
-                                  const void *src)
+/* An affine weight's scales or biases as float32 at device address p (exact
+ * from BF16 and F16), converted through a host buffer; returns the bytes. */
+static uint64_t q35_put_groups_at(q35_arena *a, const loom_weight *w,
+                                  const void *src, loom_cu_ptr p)
 {
     uint64_t n = (uint64_t)w->rows * (uint64_t)(w->cols / w->group_size);
     if (a->dry || a->st != LOOM_OK)
-        return q35_put(a, NULL, n * 4);
+        return n * 4;
     float *f = malloc((size_t)n * sizeof *f);
     if (!f) {
         a->st = loom_err_set(a->err, LOOM_ERR_NOMEM,
                              "qwen35 cuda: no memory for %llu group scales",
                              (unsigned long long)n);
-        return 0;
+        return n * 4;
     }
     for (uint64_t i = 0; i < n; i++) {
         const uint16_t *h = (const uint16_t *)src;
@@ -169,10 +170,22 @@ static loom_cu_ptr q35_put_groups(q35_arena *a, const loom_weight *w,
                : w->scale_dtype == LOOM_DTYPE_BF16 ? loom_bf16_to_f32(h[i])
                                                    : loom_f16_to_f32(h[i]);
     }
-    loom_cu_ptr p = q35_put(a, f, n * 4);
     /* a pageable source is staged before the copy call returns */
+    a->st = q35_gpu_check(
+        a->g, a->g->cu->memcpyHtoDAsync(p, f, n * 4, a->g->cu->stream),
+        "uploading weights", a->err);
     free(f);
-    return p;
+    return n * 4;
+}
+
+static loom_cu_ptr q35_put_groups(q35_arena *a, const loom_weight *w,
+                                  const void *src)
+{
+    uint64_t n = (uint64_t)w->rows * (uint64_t)(w->cols / w->group_size);
+    loom_cu_ptr p = a->base + a->off;
+    a->off += (n * 4 + 255) / 256 * 256;
+    q35_put_groups_at(a, w, src, p);
+    return a->dry ? 0 : p;
 }
 
 static void q35_put_lin(q35_arena *a, const loom_weight *w, q35_gpu_lin *out)
@@ -193,16 +206,18 @@ static void q35_put_lin(q35_arena *a, const loom_weight *w, q35_gpu_lin *out)
 }
 
 /* n products of one input back to back, as one [sum rows, cols] product
- * `cat` with each out[i] a view into it; placed one by one (cat.p = 0) when
- * they differ in type or width, or one is missing or quantized. */
+ * `cat` with each out[i] a view into it (affine ones: their words, scales
+ * and biases each back to back); placed one by one (cat.p = 0) when they
+ * differ in type, width or quantization, or one is missing. */
 static void q35_put_cat(q35_arena *a, const loom_weight *const *w, int n,
                         q35_gpu_lin *const *out, q35_gpu_lin *cat)
 {
     int same = 1;
     int64_t rows = 0;
     for (int i = 0; i < n; i++) {
-        same = same && w[i]->data && !w[i]->bits &&
-               w[i]->dtype == w[0]->dtype && w[i]->cols == w[0]->cols;
+        same = same && w[i]->data && w[i]->bits == w[0]->bits &&
+               w[i]->dtype == w[0]->dtype && w[i]->cols == w[0]->cols &&
+               (!w[0]->bits || w[i]->group_size == w[0]->group_size);
         rows += w[i]->rows;
     }
     memset(cat, 0, sizeof *cat);
@@ -211,12 +226,23 @@ static void q35_put_cat(q35_arena *a, const loom_weight *const *w, int n,
             q35_put_lin(a, w[i], out[i]);
         return;
     }
-    uint64_t total = 0;
-    for (int i = 0; i < n; i++)
+    uint64_t total = 0, groups = 0;
+    for (int i = 0; i < n; i++) {
         total += q35_lin_bytes(w[i]);
+        if (w[0]->bits)
+            groups += (uint64_t)w[i]->rows *
+                      (uint64_t)(w[i]->cols / w[i]->group_size) * 4;
+    }
     loom_cu_ptr p = a->base + a->off;
     a->off += (total + 255) / 256 * 256;
-    uint64_t at = 0;
+    loom_cu_ptr sc = 0, bi = 0;
+    if (w[0]->bits) {
+        sc = a->base + a->off;
+        a->off += (groups + 255) / 256 * 256;
+        bi = a->base + a->off;
+        a->off += (groups + 255) / 256 * 256;
+    }
+    uint64_t at = 0, gat = 0;
     for (int i = 0; i < n; i++) {
         uint64_t b = q35_lin_bytes(w[i]);
         if (!a->dry && a->st == LOOM_OK)
@@ -224,24 +250,27 @@ static void q35_put_cat(q35_arena *a, const loom_weight *const *w, int n,
                                   a->g->cu->memcpyHtoDAsync(
                                       p + at, w[i]->data, b, a->g->cu->stream),
                                   "uploading weights", a->err);
-        *out[i] = (q35_gpu_lin){a->dry ? 0 : p + at,
-                                w[i]->dtype,
-                                (int32_t)w[i]->rows,
-                                (int32_t)w[i]->cols,
-                                0,
-                                0,
-                                0,
-                                0};
+        q35_gpu_lin *o = out[i];
+        memset(o, 0, sizeof *o);
+        o->p = a->dry ? 0 : p + at;
+        o->dtype = w[i]->dtype;
+        o->rows = (int32_t)w[i]->rows;
+        o->cols = (int32_t)w[i]->cols;
+        if (w[0]->bits) {
+            o->bits = w[i]->bits;
+            o->group = w[i]->group_size;
+            o->scales = a->dry ? 0 : sc + gat;
+            o->biases = a->dry ? 0 : bi + gat;
+            q35_put_groups_at(a, w[i], w[i]->scales, sc + gat);
+            gat += q35_put_groups_at(a, w[i], w[i]->biases, bi + gat);
+        }
         at += b;
     }
-    *cat = (q35_gpu_lin){a->dry ? 0 : p,
-                         w[0]->dtype,
-                         (int32_t)rows,
-                         (int32_t)w[0]->cols,
-                         0,
-                         0,
-                         0,
-                         0};
+    *cat = *out[0];
+    cat->p = a->dry ? 0 : p;
+    cat->rows = (int32_t)rows;
+    cat->scales = a->dry || !w[0]->bits ? 0 : sc;
+    cat->biases = a->dry || !w[0]->bits ? 0 : bi;
 }
 
 /* n experts' weights (one of gate/up/down) back to back. */
@@ -291,9 +320,9 @@ static void q35_place_weights(loom_model *m, q35_arena *a)
         D->in_norm = q35_put_f(a, L->in_norm, H);
         D->post_norm = q35_put_f(a, L->post_norm, H);
         if (L->kind == 'A') {
-            q35_put_lin(a, &L->q_proj, &D->q);
-            q35_put_lin(a, &L->k_proj, &D->k);
-            q35_put_lin(a, &L->v_proj, &D->v);
+            const loom_weight *in3[3] = {&L->q_proj, &L->k_proj, &L->v_proj};
+            q35_gpu_lin *out3[3] = {&D->q, &D->k, &D->v};
+            q35_put_cat(a, in3, 3, out3, &D->in);
             q35_put_lin(a, &L->o_proj, &D->o);
             D->q_norm = q35_put_f(a, L->q_norm, G->head_dim);
             D->k_norm = q35_put_f(a, L->k_norm, G->head_dim);
@@ -421,6 +450,10 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
     int64_t kd = q35_key_dim(G), vd = q35_value_dim(G), cd = q35_conv_dim(G);
     int64_t big = q35_imax(2 * G->n_heads * G->head_dim, cd);
     big = q35_imax(big, 2 * kd + 2 * vd);
+    /* the merged input products: qkv | z | b | a, and q | k | v */
+    big = q35_imax(big, cd + vd + 2 * G->lin_v_heads);
+    big = q35_imax(big, 2 * G->n_heads * G->head_dim +
+                            2 * G->n_kv_heads * G->head_dim);
     big = q35_imax(big, G->ffn);
     big = q35_imax(big, q35_imax(G->moe_ffn, G->shared_ffn));
     big = q35_imax(big, H);
@@ -594,6 +627,10 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
         goto fail;
     /* every kernel opens with Q35_PDL_ENTER (common.cuh) */
     g->pdl = cu->cc_major >= 9 && cu->launchKernelEx != NULL;
+    /* the recurrence split over a cluster per head: 32 value columns per
+     * block */
+    g->gdn_rec4 = cu->cc_major >= 9 && G->lin_dv <= 32 * Q35_GDN_CTAS &&
+                  G->lin_dk <= 256 && cu->launchKernelEx != NULL;
     g->gdn_threads =
         (unsigned)((G->lin_dk + 31) / 32 * ((G->lin_dv + 31) / 32 * 32));
     /* the chunkwise delta rule: its two kernels' tiles in shared memory,

@@ -25,8 +25,9 @@ typedef struct q35_gpu_lin {
 typedef struct q35_gpu_layer {
     q35_gpu_lin q, k, v, o;                  /* attention */
     q35_gpu_lin qkv, z, b, a, qkvz, ba, out; /* Gated DeltaNet */
-    /* qkv, z, b, a back to back (one product), or p 0 when they differ in
-     * type or width; the four above are views into it */
+    /* the input products back to back (one product), or p 0 when they
+     * differ in type or width: qkv, z, b, a (Gated DeltaNet) or q, k, v
+     * (attention), which are views into it */
     q35_gpu_lin in;
     q35_gpu_lin gate, up, down;                  /* dense MLP */
     q35_gpu_lin router, ex_gate, ex_up, ex_down; /* MoE, experts contiguous */
@@ -47,7 +48,7 @@ typedef struct q35_gpu_fns {
     /* affine 4-bit (linear.cu): [1 row, 8 rows][SwiGLU]; its embedding */
     loom_cu_function q4[2][2], embed_q4;
     loom_cu_function rmsnorm, conv, conv_restore;
-    loom_cu_function gdn_rec, gdn_replay;
+    loom_cu_function gdn_rec, gdn_rec4, gdn_replay;
     loom_cu_function attn_prep, attention, attn_combine;
     loom_cu_function gather, add, next_split, moe_route, moe_axpy;
     loom_cu_function to_bf16, swiglu; /* prompt chunks (prompt.cu) */
@@ -121,6 +122,7 @@ typedef struct q35_gpu {
     unsigned wy_smem, apply_smem; /* the delta rule's chunk kernels' */
     unsigned attn_chunk_smem;     /* its dynamic shared memory */
     int gemvs;                    /* one-row products take the gemvs kernels */
+    int gdn_rec4;                 /* the recurrence takes q35_gdn_rec4 */
     /* the round's prompt chunks (loom_plan_prompt_chunk): their streams,
      * placed after every other row */
     int32_t *pc, n_pc, pc_row0;

@@ -248,27 +248,37 @@ static loom_status q35_gpu_attention(const q35_run *R, q35_gpu_layer *L,
     int nh = (int)G->n_heads, nkv = (int)G->n_kv_heads, hd = (int)G->head_dim;
     int rot = (int)G->rot_dim, qw = 2 * nh * hd, kvw = nkv * hd;
     float eps = (float)G->eps;
-    /* each product norms the residual stream itself */
-    Q35_LIN(&L->q, NULL, s->h, H, s->big0, qw, T, 0, 0, 0, L->in_norm);
-    Q35_LIN(&L->k, NULL, s->h, H, s->big1, kvw, T, 0, 0, 0, L->in_norm);
-    Q35_LIN(&L->v, NULL, s->h, H, s->big2, kvw, T, 0, 0, 0, L->in_norm);
+    /* each product norms the residual stream itself; q | k | v rows ldq
+     * apart in one output (merged) or each in its own buffer */
+    loom_cu_ptr qp = s->big0, kp = s->big1, vp = s->big2;
+    int ldq = qw, ldkv = kvw;
+    if (L->in.p) {
+        ldq = ldkv = L->in.rows;
+        kp = qp + (uint64_t)qw * 4;
+        vp = kp + (uint64_t)kvw * 4;
+        Q35_LIN(&L->in, NULL, s->h, H, qp, ldq, T, 0, 0, 0, L->in_norm);
+    } else {
+        Q35_LIN(&L->q, NULL, s->h, H, qp, qw, T, 0, 0, 0, L->in_norm);
+        Q35_LIN(&L->k, NULL, s->h, H, kp, kvw, T, 0, 0, 0, L->in_norm);
+        Q35_LIN(&L->v, NULL, s->h, H, vp, kvw, T, 0, 0, 0, L->in_norm);
+    }
     loom_cu_ptr inv = R->g->inv_freq;
-    Q35_LAUNCH(attn_prep, nh + nkv, T, 128, (unsigned)hd * 4, &s->big0,
-               &s->big1, &s->big2, &L->q_norm, &L->k_norm, &inv, &s->streams,
-               &s->rows, &slot, &nh, &nkv, &hd, &rot, &eps);
+    Q35_LAUNCH(attn_prep, nh + nkv, T, 128, (unsigned)hd * 4, &qp, &kp, &vp,
+               &ldq, &ldkv, &L->q_norm, &L->k_norm, &inv, &s->streams, &s->rows,
+               &slot, &nh, &nkv, &hd, &rot, &eps);
     int sp = R->g->attn_splits;
     /* the rows before the prompt chunks (all of them without chunks) */
     int Ta = R->g->attn_chunk && R->g->n_pc ? R->g->pc_row0 : T;
     if (Ta > 0) {
-        Q35_LAUNCH(attention, nh * sp, Ta, 128, 0, &s->big0, &s->part,
+        Q35_LAUNCH(attention, nh * sp, Ta, 128, 0, &qp, &ldq, &s->part,
                    &s->streams, &s->rows, &slot, &nh, &nkv, &hd, &sp);
-        Q35_LAUNCH(attn_combine, nh, Ta, 128, 0, &s->big0, &s->part, &s->o,
+        Q35_LAUNCH(attn_combine, nh, Ta, 128, 0, &qp, &ldq, &s->part, &s->o,
                    &s->streams, &s->rows, &nh, &hd, &sp);
     }
     for (int32_t i = 0; i < R->g->n_pc && R->g->attn_chunk; i++) {
         int si = R->g->pc[i], n = R->g->dstreams[si].count;
         Q35_LAUNCH(attn_chunk, (n + Q35_AC_Q - 1) / Q35_AC_Q, nh, 128,
-                   R->g->attn_chunk_smem, &s->big0, &s->o, &s->streams,
+                   R->g->attn_chunk_smem, &qp, &ldq, &s->o, &s->streams,
                    &s->rows, &si, &slot, &nh, &nkv, &hd);
     }
     Q35_LIN(&L->o, NULL, s->o, nh * hd, s->h, H, T, 1, 0, 0, 0);
@@ -334,9 +344,15 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
                      &L->gnorm,    &s->streams, &s->rows,  &slot,
                      &Hk,          &Hv,         &dk,       &dv,
                      &eps,         &ldz,        &n_lin,    &lay};
-        loom_status st =
-            q35_gpu_launch(g, g->fn.gdn_rec, (unsigned)Hv, (unsigned)R->ns,
-                           g->gdn_threads, 0, a, "q35_gdn_rec", R->err);
+        unsigned gx = (unsigned)Hv, bx = g->gdn_threads;
+        loom_cu_function f = g->fn.gdn_rec;
+        if (g->gdn_rec4) {
+            gx = (unsigned)(Hv * Q35_GDN_CTAS);
+            bx = (unsigned)((dk + 31) / 32 * 32);
+            f = g->fn.gdn_rec4;
+        }
+        loom_status st = q35_gpu_launch(g, f, gx, (unsigned)R->ns, bx, 0, a,
+                                        "q35_gdn_rec", R->err);
         if (st != LOOM_OK)
             return st;
     }

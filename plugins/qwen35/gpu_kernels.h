@@ -41,6 +41,10 @@ typedef struct q35_gpu_row {
 #define Q35_AC_R 8
 #define Q35_AC_Q (4 * Q35_AC_R)
 
+/* Blocks (a cluster, sm_90) per value head of the one-row recurrence
+ * (q35_gdn_rec4, cuda/gdn.cu), 32 value columns each. */
+#define Q35_GDN_CTAS 4
+
 /* Rows per chunk of the chunkwise delta rule (cuda/gdn_prompt.cu). */
 #define Q35_WY_C 64
 

@@ -17,13 +17,14 @@ __device__ __forceinline__ float *q35_kv_at(const q35_gpu_stream &st, int slot,
 }
 
 // Block (head slot, row), 128 threads: slots [0, nh) are query heads (in
-// place in qg, per head [q | gate]), [nh, nh + nkv) key heads (k from kb, v
-// from vb, both stored in the stream's cache). Rounding: as q35_rmsnorm;
+// place in qg, rows ldq apart, per head [q | gate]), [nh, nh + nkv) key
+// heads (k from kb, v from vb, rows ldkv apart, both stored in the stream's
+// cache). Rounding: as q35_rmsnorm;
 // then angle = (float)pos * inv_freq[i] and the rotation a*cos - b*sin,
 // b*cos + a*sin in float32 (accurate cosf/sinf).
 extern "C" __global__ void
-q35_attn_prep(float *qg, const float *kb, const float *vb, const float *q_norm,
-              const float *k_norm, const float *inv_freq,
+q35_attn_prep(float *qg, const float *kb, const float *vb, int ldq, int ldkv,
+              const float *q_norm, const float *k_norm, const float *inv_freq,
               const q35_gpu_stream *streams, const q35_gpu_row *rows, int slot,
               int nh, int nkv, int hd, int rot, float eps)
 {
@@ -36,8 +37,8 @@ q35_attn_prep(float *qg, const float *kb, const float *vb, const float *q_norm,
     int kvw = nkv * hd;
     const q35_gpu_stream st = streams[rows[t].stream];
     float *src = is_q
-                     ? qg + (int64_t)t * 2 * nh * hd + (int64_t)hs * 2 * hd
-                     : (float *)kb + (int64_t)t * kvw + (int64_t)(hs - nh) * hd;
+                     ? qg + (int64_t)t * ldq + (int64_t)hs * 2 * hd
+                     : (float *)kb + (int64_t)t * ldkv + (int64_t)(hs - nh) * hd;
     const float *w = is_q ? q_norm : k_norm;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < hd; i += blockDim.x)
@@ -54,7 +55,7 @@ q35_attn_prep(float *qg, const float *kb, const float *vb, const float *q_norm,
         int kvh = hs - nh;
         dst = q35_kv_at(st, slot, 0, pos, kvw) + (int64_t)kvh * hd;
         float *vd = q35_kv_at(st, slot, 1, pos, kvw) + (int64_t)kvh * hd;
-        const float *vs = vb + (int64_t)t * kvw + (int64_t)kvh * hd;
+        const float *vs = vb + (int64_t)t * ldkv + (int64_t)kvh * hd;
         for (int i = threadIdx.x; i < hd; i += blockDim.x)
             vd[i] = vs[i];
     }
@@ -94,7 +95,7 @@ __device__ __forceinline__ int q35_attn_chunk(int n_ctx, int splits)
 // l the dims l, l+32, ...; the warps then merge in warp order into the
 // split's (max, sum, unnormalised output) in `part`. Score = (q . k) *
 // hd^-0.5, the dot as a fixed butterfly over the lanes.
-extern "C" __global__ void q35_attention(const float *qg, float *part,
+extern "C" __global__ void q35_attention(const float *qg, int ldq, float *part,
                                          const q35_gpu_stream *streams,
                                          const q35_gpu_row *rows, int slot,
                                          int nh, int nkv, int hd, int splits)
@@ -115,7 +116,7 @@ extern "C" __global__ void q35_attention(const float *qg, float *part,
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const q35_gpu_stream st = streams[rows[t].stream];
     int kvw = nkv * hd, kvh = h / (nh / nkv);
-    const float *q = qg + (int64_t)t * 2 * nh * hd + (int64_t)h * 2 * hd;
+    const float *q = qg + (int64_t)t * ldq + (int64_t)h * 2 * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x)
         sq[i] = q[i];
     __syncthreads();
@@ -187,8 +188,8 @@ extern "C" __global__ void q35_attention(const float *qg, float *part,
 // Block (query head, row): merges the row's splits in split order, o =
 // (sum_s f_s acc_s) * (1 / sum_s f_s l_s) * sigmoid(gate), f_s =
 // exp(m_s - max m). One split gives back its own values unchanged.
-extern "C" __global__ void q35_attn_combine(const float *qg, const float *part,
-                                            float *o,
+extern "C" __global__ void q35_attn_combine(const float *qg, int ldq,
+                                            const float *part, float *o,
                                             const q35_gpu_stream *streams,
                                             const q35_gpu_row *rows, int nh,
                                             int hd, int splits)
@@ -216,8 +217,7 @@ extern "C" __global__ void q35_attn_combine(const float *qg, const float *part,
         inv_l = 1.0f / L;
     }
     __syncthreads();
-    const float *gate =
-        qg + (int64_t)t * 2 * nh * hd + (int64_t)h * 2 * hd + hd;
+    const float *gate = qg + (int64_t)t * ldq + (int64_t)h * 2 * hd + hd;
     float *orow = o + (int64_t)t * nh * hd + (int64_t)h * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         float s = 0.0f;
@@ -241,7 +241,8 @@ extern "C" __global__ void q35_attn_combine(const float *qg, const float *part,
 // shared memory: (Q35_AC_Q hd + Q35_AC_K (hd + 4) + Q35_AC_K hd) floats;
 // head_dim a multiple of 4.
 extern "C" __global__ void __launch_bounds__(128)
-    q35_attn_chunk(const float *qg, float *o, const q35_gpu_stream *streams,
+    q35_attn_chunk(const float *qg, int ldq, float *o,
+                   const q35_gpu_stream *streams,
                    const q35_gpu_row *rows, int si, int slot, int nh, int nkv,
                    int hd)
 {
@@ -258,7 +259,7 @@ extern "C" __global__ void __launch_bounds__(128)
     for (int x = threadIdx.x; x < Q35_AC_Q * h4; x += blockDim.x) {
         int r = x / h4, c = x % h4;
         sq[x] = r < nq ? reinterpret_cast<const float4 *>(
-                             qg + (int64_t)(st.first + q0 + r) * 2 * nh * hd +
+                             qg + (int64_t)(st.first + q0 + r) * ldq +
                              (int64_t)h * 2 * hd)[c]
                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
@@ -368,7 +369,7 @@ extern "C" __global__ void __launch_bounds__(128)
         if (k >= st.count)
             continue;
         int64_t row = st.first + k;
-        const float *gate = qg + row * 2 * nh * hd + (int64_t)h * 2 * hd + hd;
+        const float *gate = qg + row * ldq + (int64_t)h * 2 * hd + hd;
         float *orow = o + row * nh * hd + (int64_t)h * hd;
         float inv = 1.0f / l[r];
 #pragma unroll

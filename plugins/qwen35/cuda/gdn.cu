@@ -4,6 +4,8 @@
 // that commit uses. The state is float32 throughout.
 #include "common.cuh"
 
+#include <cooperative_groups.h>
+
 // The recurrence's block shape: value column j of the head's state S
 // [dk, dv] is split over P = ceil(dk / 32) threads, part p holding rows
 // [32p, 32p + 32) in registers; thread t is (p = t / vw, j = t % vw) with vw
@@ -177,6 +179,128 @@ extern "C" __global__ void __launch_bounds__(512)
         }
     }
     q35_gdn_store(s, S, dk, dv, sh);
+}
+
+// q35_gdn_rec split over a cluster of Q35_GDN_CTAS blocks per value head
+// (sm_90): block c of the cluster takes value columns [32c, 32c + 32), so a
+// head's 64 KiB of state is read and written by 4 SMs instead of one. The
+// columns of the delta rule are independent; only the gated RMSNorm needs
+// the whole head, and its sum of squares is taken as q35_block_sum takes it
+// in q35_gdn_rec: each 32-column group's butterfly, then the group sums
+// (lanes 0..3, zeros above) through the same butterfly, so both kernels
+// give the same bits. Block (P * 32 threads), grid (Hv * Q35_GDN_CTAS,
+// streams); every per-row load that needs nothing computed is issued first.
+// Clusters are sm_90's; the host launches this kernel only there, and older
+// targets compile it empty.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define Q35_GDN_CLUSTER
+#else
+#define Q35_GDN_CLUSTER __cluster_dims__(Q35_GDN_CTAS, 1, 1)
+#endif
+extern "C" __global__ void Q35_GDN_CLUSTER __launch_bounds__(Q35_GDN_PART * 8)
+    q35_gdn_rec4(const float *y, const float *z, float *o, const float *a,
+                 const float *b, int ldab, const float *neg_a,
+                 const float *dt_bias, const float *gnorm,
+                 const q35_gpu_stream *streams, const q35_gpu_row *rows,
+                 int slot, int Hk, int Hv, int dk, int dv, float eps, int ldz,
+                 int n_lin, q35_gpu_log lay)
+{
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    Q35_PDL_ENTER();
+    __shared__ float sqk[2][256], part[8 * 32], db[2];
+    // a row's group sum of squares, by row parity (the next row's is
+    // written while another block may still read this one's)
+    __shared__ float gss[2];
+    int c = (int)cl.block_rank();
+    q35_gdn_shape sh;
+    sh.P = (dk + Q35_GDN_PART - 1) / Q35_GDN_PART;
+    sh.vw = 32;
+    sh.p = threadIdx.x / 32;
+    sh.j = c * 32 + (int)(threadIdx.x % 32);
+    sh.i0 = sh.p * Q35_GDN_PART;
+    sh.on = sh.j < dv;
+    int h = blockIdx.x / Q35_GDN_CTAS, j = sh.j;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int nw = (blockDim.x + 31) >> 5;
+    const q35_gpu_stream st = streams[blockIdx.y];
+    // the whole cluster takes this branch (one stream)
+    if (st.chunk & 1)
+        return;
+    int kh = h / (Hv / Hk);
+    int kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd;
+    float qscale = 1.0f / sqrtf((float)dk);
+    int64_t hoff = ((int64_t)slot * Hv + h) * dk * dv;
+    float *S = reinterpret_cast<float *>(st.state) + hoff;
+    // part-local shape for the dots: column index within the group
+    q35_gdn_shape lsh = sh;
+    lsh.j = threadIdx.x % 32;
+    float s[Q35_GDN_PART];
+    q35_gdn_load(s, S, dk, dv, sh);
+    bool out = sh.on && sh.p == 0;
+    for (int k = 0; k < st.count; k++) {
+        int row = st.first + k;
+        const float *yr = y + (int64_t)row * cd;
+        float v = sh.on ? yr[2 * kd + h * dv + j] : 0.0f;
+        float zv = out ? z[(int64_t)row * ldz + h * dv + j] : 0.0f;
+        float gv = out ? gnorm[j] : 0.0f;
+        int li = rows[row].log;
+        if (k == st.snap_row)
+            q35_gdn_store(s, reinterpret_cast<float *>(st.snap_state) + hoff,
+                          dk, dv, sh);
+        __syncthreads();
+        for (int u = warp; u < 2; u += nw) {
+            const float *x = yr + (int64_t)u * kd + (int64_t)kh * dk;
+            float ss = 0.0f;
+            for (int i = lane; i < dk; i += 32)
+                ss = fmaf(x[i], x[i], ss);
+            ss = q35_warp_sum(ss);
+            float r = 1.0f / sqrtf(ss + 1e-6f);
+            for (int i = lane; i < dk; i += 32) {
+                float n = __fmul_rn(x[i], r);
+                sqk[u][i] = u == 0 ? __fmul_rn(n, qscale) : n;
+            }
+        }
+        if (threadIdx.x == 0) {
+            float av = __fadd_rn(a[(int64_t)row * ldab + h], dt_bias[h]);
+            db[0] = expf(__fmul_rn(neg_a[h], q35_softplus(av)));
+            db[1] = q35_sigmoid(b[(int64_t)row * ldab + h]);
+        }
+        __syncthreads();
+        if (li >= 0) {
+            float *log = reinterpret_cast<float *>(st.log) +
+                         ((int64_t)li * n_lin + slot) * lay.size;
+            if (out)
+                log[lay.v + h * dv + j] = v;
+            if (c == 0 && threadIdx.x == 0) {
+                log[lay.decay + h] = db[0];
+                log[lay.beta + h] = db[1];
+            }
+            if (c == 0 && h % (Hv / Hk) == 0)
+                for (int i = threadIdx.x; i < dk; i += blockDim.x)
+                    log[lay.k + kh * dk + i] = sqk[1][i];
+        }
+        q35_gdn_step(s, sqk[1], v, db[0], db[1], dk, lsh, part);
+        float oj = q35_gdn_dot(s, sqk[0], dk, lsh, part);
+        // warp 0 holds the group's 32 columns (part 0)
+        float ws = q35_warp_sum(out ? __fmul_rn(oj, oj) : 0.0f);
+        if (threadIdx.x == 0)
+            gss[k & 1] = ws;
+        cl.sync();
+        float g4 = lane < Q35_GDN_CTAS ? *cl.map_shared_rank(&gss[k & 1], lane)
+                                       : 0.0f;
+        float ss = q35_warp_sum(g4);
+        float r = 1.0f / sqrtf(ss / (float)dv + eps);
+        if (out) {
+            int64_t at = (int64_t)row * vd + h * dv + j;
+            o[at] = __fmul_rn(__fmul_rn(gv, __fmul_rn(oj, r)), q35_silu(zv));
+        }
+    }
+    q35_gdn_store(s, S, dk, dv, sh);
+    // no block leaves while another may read its gss
+    cl.sync();
+#endif
 }
 
 // commit(kept) on one cache: each GDN layer's state restarts from its
