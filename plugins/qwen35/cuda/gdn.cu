@@ -91,13 +91,42 @@ __device__ __forceinline__ void q35_gdn_store(const float *s, float *S, int dk,
             S[(int64_t)(sh.i0 + ii) * dv + sh.j] = s[ii];
 }
 
+// A row's preparation (spec 2.5), by the whole block: q (sqk[0]) and k
+// (sqk[1]) of key head kh l2-normalised (the sum of squares by one warp,
+// lanes strided, fixed butterfly; r = 1 / sqrtf(ss + 1e-6); q = (q * r) *
+// dk^-0.5 rounded twice as on the CPU), db[0] = decay = exp(-exp(A_log) *
+// softplus(a + dt_bias)), db[1] = beta = sigmoid(b).
+__device__ __forceinline__ void
+q35_gdn_prep_row(const float *yr, int kd, int kh, int dk, float qscale,
+                 const float *a, const float *b, int ldab, int row, int h,
+                 const float *neg_a, const float *dt_bias, float (*sqk)[256],
+                 float *db)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int nw = (blockDim.x + 31) >> 5;
+    for (int u = warp; u < 2; u += nw) {
+        const float *x = yr + (int64_t)u * kd + (int64_t)kh * dk;
+        float ss = 0.0f;
+        for (int i = lane; i < dk; i += 32)
+            ss = fmaf(x[i], x[i], ss);
+        ss = q35_warp_sum(ss);
+        float r = 1.0f / sqrtf(ss + 1e-6f);
+        for (int i = lane; i < dk; i += 32) {
+            float n = __fmul_rn(x[i], r);
+            sqk[u][i] = u == 0 ? __fmul_rn(n, qscale) : n;
+        }
+    }
+    if (threadIdx.x == 0) {
+        float av = __fadd_rn(a[(int64_t)row * ldab + h], dt_bias[h]);
+        db[0] = expf(__fmul_rn(neg_a[h], q35_softplus(av)));
+        db[1] = q35_sigmoid(b[(int64_t)row * ldab + h]);
+    }
+}
+
 // The recurrence over each stream's rows in order: block (value head h,
-// stream) of P * vw threads. Per row first the preparation (spec 2.5): q
-// and k of the head's key head l2-normalised (the sum of squares by one
-// warp, lanes strided, fixed butterfly; r = 1 / sqrtf(ss + 1e-6); q = (q *
-// r) * dk^-0.5 rounded twice as on the CPU), decay = exp(-exp(A_log) *
-// softplus(a + dt_bias)), beta = sigmoid(b) (a, b rows ldab apart); a
-// speculative row logs k, v, decay and beta for the commit's replay. Then
+// stream) of P * vw threads. Per row first the preparation
+// (q35_gdn_prep_row; a, b rows ldab apart); a speculative row logs k, v,
+// decay and beta for the commit's replay. Then
 // the step, the output o_j = S^T q and the gated RMSNorm over the head's
 // dv outputs: (w_j * (o_j * r)) * silu(z_j) (z rows ldz apart), r = 1 /
 // sqrtf(mean(o^2) + eps), the mean from q35_block_sum (fixed order).
@@ -113,8 +142,6 @@ extern "C" __global__ void __launch_bounds__(512)
     __shared__ float sqk[2][256], part[512], red[32], db[2];
     q35_gdn_shape sh = q35_gdn_shape_of(dk, dv);
     int h = blockIdx.x, j = sh.j;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int nw = (blockDim.x + 31) >> 5;
     const q35_gpu_stream st = streams[blockIdx.y];
     if (st.chunk & 1)
         return; // the chunk kernels' (gdn_prompt.cu)
@@ -132,24 +159,8 @@ extern "C" __global__ void __launch_bounds__(512)
                           dk, dv, sh);
         const float *yr = y + (int64_t)row * cd;
         __syncthreads();
-        // q (0) and k (1) of the key head, normalised
-        for (int u = warp; u < 2; u += nw) {
-            const float *x = yr + (int64_t)u * kd + (int64_t)kh * dk;
-            float ss = 0.0f;
-            for (int i = lane; i < dk; i += 32)
-                ss = fmaf(x[i], x[i], ss);
-            ss = q35_warp_sum(ss);
-            float r = 1.0f / sqrtf(ss + 1e-6f);
-            for (int i = lane; i < dk; i += 32) {
-                float n = __fmul_rn(x[i], r);
-                sqk[u][i] = u == 0 ? __fmul_rn(n, qscale) : n;
-            }
-        }
-        if (threadIdx.x == 0) {
-            float av = __fadd_rn(a[(int64_t)row * ldab + h], dt_bias[h]);
-            db[0] = expf(__fmul_rn(neg_a[h], q35_softplus(av)));
-            db[1] = q35_sigmoid(b[(int64_t)row * ldab + h]);
-        }
+        q35_gdn_prep_row(yr, kd, kh, dk, qscale, a, b, ldab, row, h, neg_a,
+                         dt_bias, sqk, db);
         __syncthreads();
         float v = sh.on ? yr[2 * kd + h * dv + j] : 0.0f;
         int li = rows[row].log;
@@ -222,8 +233,7 @@ extern "C" __global__ void Q35_GDN_CLUSTER __launch_bounds__(Q35_GDN_PART * 8)
     sh.i0 = sh.p * Q35_GDN_PART;
     sh.on = sh.j < dv;
     int h = blockIdx.x / Q35_GDN_CTAS, j = sh.j;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int nw = (blockDim.x + 31) >> 5;
+    int lane = threadIdx.x & 31;
     const q35_gpu_stream st = streams[blockIdx.y];
     // the whole cluster takes this branch (one stream)
     if (st.chunk & 1)
@@ -250,23 +260,8 @@ extern "C" __global__ void Q35_GDN_CLUSTER __launch_bounds__(Q35_GDN_PART * 8)
             q35_gdn_store(s, reinterpret_cast<float *>(st.snap_state) + hoff,
                           dk, dv, sh);
         __syncthreads();
-        for (int u = warp; u < 2; u += nw) {
-            const float *x = yr + (int64_t)u * kd + (int64_t)kh * dk;
-            float ss = 0.0f;
-            for (int i = lane; i < dk; i += 32)
-                ss = fmaf(x[i], x[i], ss);
-            ss = q35_warp_sum(ss);
-            float r = 1.0f / sqrtf(ss + 1e-6f);
-            for (int i = lane; i < dk; i += 32) {
-                float n = __fmul_rn(x[i], r);
-                sqk[u][i] = u == 0 ? __fmul_rn(n, qscale) : n;
-            }
-        }
-        if (threadIdx.x == 0) {
-            float av = __fadd_rn(a[(int64_t)row * ldab + h], dt_bias[h]);
-            db[0] = expf(__fmul_rn(neg_a[h], q35_softplus(av)));
-            db[1] = q35_sigmoid(b[(int64_t)row * ldab + h]);
-        }
+        q35_gdn_prep_row(yr, kd, kh, dk, qscale, a, b, ldab, row, h, neg_a,
+                         dt_bias, sqk, db);
         __syncthreads();
         if (li >= 0) {
             float *log = reinterpret_cast<float *>(st.log) +
