@@ -188,6 +188,13 @@ static void LOOM_ABI conv_blocks_task(void *ctx, int64_t begin, int64_t end)
         int64_t n = cd - c0 < NEM_CONV_BLOCK ? cd - c0 : NEM_CONV_BLOCK;
         loom_cache *c = ps->cache;
         nem_mamba_state *st = &c->mamba[L->slot];
+        /* a stream without a window, its rows consecutive: the conv over
+         * all its rows at once (the same sums as row by row) */
+        int64_t t0 = ps->first_spec < 0 ? loom_cpu_rows_first(f->p, ps) : -1;
+        if (t0 >= 0)
+            loom_cpu_conv_rows(f->b + t0 * cd, cd, f->a + t0 * W + g->d_inner,
+                               W, st->tail, L->conv_w, L->conv_b, c0, n, cd,
+                               g->conv_kernel, ps->count);
         for (int32_t k = 0; k < ps->count; k++) {
             int32_t r = loom_plan_row(f->p, ps, k);
             const float *xBC = f->a + (size_t)r * W + g->d_inner;
@@ -198,8 +205,9 @@ static void LOOM_ABI conv_blocks_task(void *ctx, int64_t begin, int64_t end)
                     memcpy(snap + q * cd + c0, st->tail + q * cd + c0,
                            (size_t)n * sizeof(float));
             }
-            loom_cpu_conv_step_range(conv, xBC, st->tail, L->conv_w, L->conv_b,
-                                     c0, n, cd, g->conv_kernel);
+            if (t0 < 0)
+                loom_cpu_conv_step_range(conv, xBC, st->tail, L->conv_w,
+                                         L->conv_b, c0, n, cd, g->conv_kernel);
             loom_cpu_silu_inplace(conv + c0, n);
         }
     }

@@ -250,6 +250,14 @@ static void LOOM_ABI q35_gdn_conv_task(void *ctx, int64_t begin, int64_t end)
         int64_t n = b < 2 * Hk ? dk : dv;
         loom_cache *c = st->cache;
         float *tl = c->conv + (size_t)j->slot * (size_t)tail;
+        /* a stream without a window, its rows consecutive: the conv over
+         * all its rows at once (the same sums as row by row) */
+        int64_t t0 =
+            st->first_spec < 0 ? loom_cpu_rows_first(&m->plan, st) : -1;
+        if (t0 >= 0)
+            loom_cpu_conv_rows(s->conv_out + t0 * cd, cd, s->big0 + t0 * cd, cd,
+                               tl, j->L->conv_w, NULL, c0, n, cd,
+                               g->conv_kernel, st->count);
         for (int32_t k = 0; k < st->count; k++) {
             int64_t t = loom_plan_row(&m->plan, st, k);
             float *y = s->conv_out + t * cd;
@@ -261,8 +269,9 @@ static void LOOM_ABI q35_gdn_conv_task(void *ctx, int64_t begin, int64_t end)
                     memcpy(snap + r * cd + c0, tl + r * cd + c0,
                            (size_t)n * sizeof(float));
             }
-            loom_cpu_conv_step_range(y, s->big0 + t * cd, tl, j->L->conv_w,
-                                     NULL, c0, n, cd, g->conv_kernel);
+            if (t0 < 0)
+                loom_cpu_conv_step_range(y, s->big0 + t * cd, tl, j->L->conv_w,
+                                         NULL, c0, n, cd, g->conv_kernel);
             loom_cpu_silu_inplace(y + c0, n);
             if (b < Hk) {
                 loom_cpu_l2norm(y + c0, dk, 1e-6f);

@@ -412,6 +412,70 @@ void loom_cpu_conv_step_range(float *out, const float *x, float *tail,
     }
 }
 
+/* o[i] += w[i] p[i]: one tap of the conv across a block of channels. */
+LOOM_CPU_MULTIVERSION
+static void conv_tap(float *o, const float *w, const float *p, int64_t m)
+{
+    int64_t i = 0;
+#ifdef LOOM_CPU_LANES
+    for (; i + 8 <= m; i += 8) {
+        loom_v8 vo, vw, vp;
+        memcpy(&vo, o + i, sizeof vo);
+        memcpy(&vw, w + i, sizeof vw);
+        memcpy(&vp, p + i, sizeof vp);
+        vo += vw * vp;
+        memcpy(o + i, &vo, sizeof vo);
+    }
+#endif
+    for (; i < m; i++)
+        o[i] += w[i] * p[i];
+}
+
+void loom_cpu_conv_rows(float *out, int64_t ldo, const float *x, int64_t ldx,
+                        float *tail, const float *w, const float *bias,
+                        int64_t c0, int64_t n, int64_t channels, int64_t kernel,
+                        int64_t rows)
+{
+    /* the weights of a block of channels transposed, tap by tap */
+    enum { CB = 64, KMAX = 8 };
+    int64_t kt = kernel - 1;
+    if (kernel > KMAX) {
+        for (int64_t t = 0; t < rows; t++)
+            loom_cpu_conv_step_range(out + t * ldo, x + t * ldx, tail, w, bias,
+                                     c0, n, channels, kernel);
+        return;
+    }
+    float wt[KMAX][CB];
+    for (int64_t b = c0; b < c0 + n; b += CB) {
+        int64_t m = c0 + n - b < CB ? c0 + n - b : CB;
+        for (int64_t j = 0; j < kernel; j++)
+            for (int64_t i = 0; i < m; i++)
+                wt[j][i] = w[(b + i) * kernel + j];
+        for (int64_t t = 0; t < rows; t++) {
+            float *o = out + t * ldo + b;
+            for (int64_t i = 0; i < m; i++)
+                o[i] = bias ? bias[b + i] : 0.0f;
+            /* tap j reads input t - kt + j: a row of x, or of the tail
+             * (the inputs before x) */
+            for (int64_t j = 0; j < kernel; j++) {
+                int64_t src = t - kt + j;
+                const float *p = src >= 0 ? x + src * ldx + b
+                                          : tail + (src + kt) * channels + b;
+                conv_tap(o, wt[j], p, m);
+            }
+        }
+    }
+    /* the tail becomes the last kt inputs; row r is read from a later row
+     * of the old tail (rows + r > r) before that row is written */
+    for (int64_t r = 0; r < kt; r++) {
+        int64_t src = rows - kt + r;
+        float *d = tail + r * channels + c0;
+        const float *p =
+            src >= 0 ? x + src * ldx + c0 : tail + (src + kt) * channels + c0;
+        memcpy(d, p, (size_t)n * sizeof(float));
+    }
+}
+
 /* ---------------------------------------------------------------- tensors */
 
 float loom_cpu_load_f32(const void *data, loom_dtype dtype, int64_t i)
@@ -476,8 +540,12 @@ void loom_cpu_prompt_rows(const loom_round_plan *plan, uint8_t *prompt)
 int64_t loom_cpu_chunk_first(const loom_round_plan *plan,
                              const loom_plan_stream *s)
 {
-    if (!loom_plan_prompt_chunk(s))
-        return -1;
+    return loom_plan_prompt_chunk(s) ? loom_cpu_rows_first(plan, s) : -1;
+}
+
+int64_t loom_cpu_rows_first(const loom_round_plan *plan,
+                            const loom_plan_stream *s)
+{
     int64_t first = loom_plan_row(plan, s, 0);
     for (int32_t k = 1; k < s->count; k++)
         if (loom_plan_row(plan, s, k) != first + k)

@@ -352,6 +352,49 @@ START_TEST(conv)
 }
 END_TEST
 
+/* Many rows at once: bit for bit the per-row steps (outputs and the tail
+ * after), across the 64-channel blocks, with and without a bias, for
+ * kernels up to the transposed buffer's 8 and past it. */
+START_TEST(conv_rows_equal_steps)
+{
+    enum { CH = 80, C0 = 5, N = 70, LD = CH + 3, ROWS = 40 };
+    static float x[ROWS * LD], w[CH * 9], bias[CH], o1[ROWS * LD],
+        o2[ROWS * LD], t1[8 * CH], t2[8 * CH];
+    uint32_t r = 12345;
+#define RND()                                                                  \
+    ((float)((r = r * 1103515245u + 12345u) >> 8) / 16777216.0f - 0.5f)
+    for (int i = 0; i < ROWS * LD; i++)
+        x[i] = RND();
+    for (int i = 0; i < CH * 9; i++)
+        w[i] = RND();
+    for (int i = 0; i < CH; i++)
+        bias[i] = RND();
+    static const int kernels[] = {1, 2, 4, 5, 8, 9};
+    static const int nrows[] = {1, 2, 3, 7, ROWS};
+    for (size_t ki = 0; ki < sizeof kernels / sizeof *kernels; ki++)
+        for (size_t ri = 0; ri < sizeof nrows / sizeof *nrows; ri++)
+            for (int bi = 0; bi < 2; bi++) {
+                int K = kernels[ki], R = nrows[ri];
+                const float *bp = bi ? bias : NULL;
+                for (int i = 0; i < (K - 1) * CH; i++)
+                    t1[i] = t2[i] = RND();
+                memset(o1, 0, sizeof o1);
+                memset(o2, 0, sizeof o2);
+                for (int t = 0; t < R; t++)
+                    loom_cpu_conv_step_range(o1 + t * LD, x + t * LD, t1, w, bp,
+                                             C0, N, CH, K);
+                loom_cpu_conv_rows(o2, LD, x, LD, t2, w, bp, C0, N, CH, K, R);
+                ck_assert_msg(memcmp(o1, o2, sizeof o1) == 0,
+                              "kernel %d, %d rows, bias %d: outputs differ", K,
+                              R, bi);
+                ck_assert_msg(
+                    memcmp(t1, t2, (size_t)(K - 1) * CH * sizeof(float)) == 0,
+                    "kernel %d, %d rows, bias %d: tails differ", K, R, bi);
+            }
+#undef RND
+}
+END_TEST
+
 START_TEST(tensors)
 {
     uint16_t bf[3] = {loom_f32_to_bf16(1.5f), loom_f32_to_bf16(-2.0f),
@@ -392,6 +435,7 @@ int main(void)
     tcase_add_test(tc, attention_gqa);
     tcase_add_test(tc, attention_chunk_bound);
     tcase_add_test(tc, conv);
+    tcase_add_test(tc, conv_rows_equal_steps);
     tcase_add_test(tc, tensors);
     suite_add_tcase(s, tc);
     return run_suite(s);

@@ -152,6 +152,15 @@ void loom_cpu_conv_step(float *out, const float *x, float *tail, const float *w,
 void loom_cpu_conv_step_range(float *out, const float *x, float *tail,
                               const float *w, const float *bias, int64_t c0,
                               int64_t n, int64_t channels, int64_t kernel);
+/* `rows` such steps at once over channels [c0, c0 + n): input row t at x +
+ * t ldx, its output at out + t ldo; each output is the sum the step would
+ * take, in its order, so the result is bit-identical to rows calls of
+ * loom_cpu_conv_step_range (the loops run across channels, which
+ * vectorise). out must not alias x or tail. */
+void loom_cpu_conv_rows(float *out, int64_t ldo, const float *x, int64_t ldx,
+                        float *tail, const float *w, const float *bias,
+                        int64_t c0, int64_t n, int64_t channels, int64_t kernel,
+                        int64_t rows);
 
 /* ---------------------------------------------------------------- tensors */
 
@@ -183,6 +192,10 @@ void loom_cpu_prompt_rows(const struct loom_round_plan *plan, uint8_t *prompt);
  * are consecutive in the round (as the lane gives them), else -1. */
 int64_t loom_cpu_chunk_first(const struct loom_round_plan *plan,
                              const struct loom_plan_stream *s);
+/* The round row of stream s's first row when its rows are consecutive in
+ * the round, else -1. */
+int64_t loom_cpu_rows_first(const struct loom_round_plan *plan,
+                            const struct loom_plan_stream *s);
 /* 1 when every prompt chunk of the round has consecutive rows: its rows
  * may then be left to chunk kernels and skipped by the row kernels. */
 int loom_cpu_chunks_consecutive(const struct loom_round_plan *plan);
