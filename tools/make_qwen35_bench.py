@@ -16,13 +16,13 @@ biases chosen so that the weights are zero-mean with the BF16 path's spread.
 Usage: make_qwen35_bench.py OUT_DIR [--geometry 0.8b|2b|9b] [--layers N]
                             [--affine4]
 """
+import argparse
 import array
 import json
 import math
 import os
 import random
 import struct
-import sys
 
 CONFIG = {
     "architectures": ["Qwen3_5ForCausalLM"],
@@ -130,15 +130,24 @@ def nbytes(shape, kind):
 
 
 def main():
-    out_dir = sys.argv[1]
+    ap = argparse.ArgumentParser(
+        description="Write a random-weight Qwen3.5 checkpoint for loom bench.")
+    ap.add_argument("out_dir")
+    ap.add_argument("--geometry", choices=sorted(GEOMETRIES))
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--affine4", action="store_true")
+    args = ap.parse_args()
+    out_dir = args.out_dir
     cfg = dict(CONFIG)
-    if "--geometry" in sys.argv:
-        cfg.update(GEOMETRIES[sys.argv[sys.argv.index("--geometry") + 1]])
-    if "--layers" in sys.argv:
-        cfg["num_hidden_layers"] = int(sys.argv[sys.argv.index("--layers") + 1])
+    if args.geometry:
+        cfg.update(GEOMETRIES[args.geometry])
+    if args.layers is not None:
+        if args.layers < 1:
+            ap.error("--layers: %d is not a positive count" % args.layers)
+        cfg["num_hidden_layers"] = args.layers
     os.makedirs(out_dir, exist_ok=True)
     rng = random.Random(1234)
-    quant = "--affine4" in sys.argv
+    quant = args.affine4
     ts = tensors(cfg)
     if quant:
         ts = affine4(ts)
