@@ -17,7 +17,6 @@ __global__ void fill(uint16_t *w, size_t n, uint32_t seed) {
     uint32_t h = (uint32_t)i * 2654435761u ^ seed; h ^= h >> 13; h *= 0x5bd1e995; h ^= h >> 15;
     float f = ((h & 0xffff) / 65536.0f - 0.5f) * 0.05f; w[i] = (uint16_t)(__float_as_uint(f) >> 16); } }
 static int nsm;
-static int q35_wpr(int rows, int cols) { int wpr = 1; long g = (rows + 3) / 4; while (wpr < 8 && g * wpr < 2048 && cols >= 512 * wpr) wpr *= 2; return wpr; }
 static void launch(const void *f, dim3 g, dim3 b, size_t smem, void **args, cudaStream_t s) {
   cudaLaunchConfig_t c = {}; c.gridDim = g; c.blockDim = b; c.dynamicSmemBytes = smem; c.stream = s;
   cudaLaunchAttribute at[1]; at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization; at[0].val.programmaticStreamSerializationAllowed = 1;
@@ -34,10 +33,10 @@ static void one(int kind, const Shape &s, const uint16_t *w, const uint16_t *w2,
   const int *sel = nullptr; int sel_stride = 0; long long estride = 0; int wpr = q35_wpr(rows, cols);
   if (kind == 1) {
     int k = wpr == 1 ? 0 : wpr == 2 ? 1 : wpr == 4 ? 2 : 3; int nb = nsm * Q35_GEMVS_BPS; if (nb > rows) nb = rows;
-    int stage = Q35_GEMVS_RPW * Q35_GEMVS_SLAB * 2; int nsg = (Q35_GEMVS_SMEM - cols * 4) / stage; if (nsg > Q35_GEMVS_NS) nsg = Q35_GEMVS_NS;
+    int nsg = q35_gemvs_stages(cols);
     if (nsg < 2) { printf("no gemvs for %s\n", s.name); return; }
     void *a[] = {&w, &w2, &X, &ldx, &Y, &ldy, &rows, &cols, &mode, &nw, &eps, &nsg};
-    launch(gs[s.glu][k], dim3(nb, T), dim3(288), nsg * stage + cols * 4, a, st);
+    launch(gs[s.glu][k], dim3(nb, T), dim3(288), nsg * Q35_GEMVS_STAGE + cols * 4, a, st);
   } else {
     int rpw = kind == 2 ? (s.glu ? 2 : 4) : (s.glu ? 2 : 4); long warps = (long)(rows + rpw - 1) / rpw * wpr; int nt = kind == 2 ? 8 : 1;
     void *a[] = {&w, &w2, &X, &ldx, &Y, &ldy, &rows, &cols, &T, &mode, &sel, &sel_stride, &estride, &wpr, &nw, &eps};

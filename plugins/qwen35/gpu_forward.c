@@ -61,19 +61,6 @@ static int q35_dt(loom_dtype t)
     return t == LOOM_DTYPE_BF16 ? 0 : t == LOOM_DTYPE_F16 ? 1 : 2;
 }
 
-/* Warps per output row of a product: enough warps to fill the chip, from
- * the weight's shape alone (never the round's), so a row's summation
- * order is the same in every launch. Rows counted in groups of 4, the
- * streaming kernel's widest. */
-static int q35_wpr(int rows, int cols)
-{
-    int wpr = 1;
-    int64_t groups = ((int64_t)rows + 3) / 4;
-    while (wpr < 8 && groups * wpr < 2048 && cols >= 512 * wpr)
-        wpr *= 2;
-    return wpr;
-}
-
 /* y = W x over T rows (mode 0), y += W x (1), or y = silu(W x) * (W2 x)
  * (2); with sel, row t uses expert sel[t * sel_stride] of W (and W2); with
  * nw, x is the residual stream and the product reads RMSNorm(x) * nw. The
@@ -122,18 +109,14 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
         int wpr = q35_wpr(rows, cols);
         /* one token per block for experts (each row its own) and steps */
         int many = T > 1 && !sel, glu = mode == 2;
-        /* a step: the weights through shared memory, in the same order;
-         * as many ring stages as fit beside the row's activations */
-        int stage = Q35_GEMVS_RPW * Q35_GEMVS_SLAB * 2;
-        int ns = (Q35_GEMVS_SMEM - cols * 4) / stage;
-        if (ns > Q35_GEMVS_NS)
-            ns = Q35_GEMVS_NS;
+        /* a step: the weights through shared memory, in the same order */
+        int ns = q35_gemvs_stages(cols);
         if (!many && !sel && R->g->gemvs && ns >= 2) {
             int k = wpr == 1 ? 0 : wpr == 2 ? 1 : wpr == 4 ? 2 : 3;
             int nb = R->g->cu->sm_count * Q35_GEMVS_BPS;
             if (nb > rows)
                 nb = rows;
-            unsigned smem = (unsigned)(ns * stage + cols * 4);
+            unsigned smem = (unsigned)(ns * Q35_GEMVS_STAGE + cols * 4);
             void *args[] = {&wp,   &w2p,  &x,    &ldx, &y,   &ldy,
                             &rows, &cols, &mode, &nw,  &eps, &ns};
             return q35_gpu_launch(R->g, R->g->fn.gemvs[dt][glu][k],

@@ -30,11 +30,33 @@ typedef struct q35_gpu_row {
  * most Q35_GEMVS_NS stages, blocks per SM, and the dynamic shared memory a
  * block may take (the ring and the row's activations) for that many to fit
  * on an SM of 228 KiB. */
-#define Q35_GEMVS_SLAB 2048
-#define Q35_GEMVS_RPW  8
-#define Q35_GEMVS_NS   3
-#define Q35_GEMVS_BPS  2
-#define Q35_GEMVS_SMEM (112 * 1024)
+#define Q35_GEMVS_SLAB  2048
+#define Q35_GEMVS_RPW   8
+#define Q35_GEMVS_NS    3
+#define Q35_GEMVS_BPS   2
+#define Q35_GEMVS_SMEM  (112 * 1024)
+#define Q35_GEMVS_STAGE (Q35_GEMVS_RPW * Q35_GEMVS_SLAB * 2)
+
+/* Warps per output row of a product: enough warps to fill the chip, from
+ * the weight's shape alone (never the round's), so a row's summation
+ * order is the same in every launch. Rows counted in groups of 4, the
+ * streaming kernel's widest. */
+static inline int q35_wpr(int rows, int cols)
+{
+    int wpr = 1;
+    int64_t groups = ((int64_t)rows + 3) / 4;
+    while (wpr < 8 && groups * wpr < 2048 && cols >= 512 * wpr)
+        wpr *= 2;
+    return wpr;
+}
+
+/* q35_gemvs's ring stages beside a row of cols activations (below 2 it
+ * does not run). */
+static inline int q35_gemvs_stages(int cols)
+{
+    int ns = (Q35_GEMVS_SMEM - cols * 4) / Q35_GEMVS_STAGE;
+    return ns > Q35_GEMVS_NS ? Q35_GEMVS_NS : ns;
+}
 
 /* The chunk attention (q35_attn_chunk): query rows per warp, per block of
  * 4 warps. */

@@ -546,6 +546,8 @@ int64_t loom_cpu_chunk_first(const loom_round_plan *plan,
 int64_t loom_cpu_rows_first(const loom_round_plan *plan,
                             const loom_plan_stream *s)
 {
+    if (s->count <= 0)
+        return -1;
     int64_t first = loom_plan_row(plan, s, 0);
     for (int32_t k = 1; k < s->count; k++)
         if (loom_plan_row(plan, s, k) != first + k)

@@ -144,4 +144,23 @@ __device__ __forceinline__ float q35_block_sum(float v, float *red)
     return s;
 }
 
+// q (is_q) or k of one key head, dk floats at x, l2-normalised by one
+// warp into o as the CPU path does: r = 1 / sqrtf(ss + 1e-6) (ss over the
+// lanes strided, the fixed butterfly), q = (q r) dk^-0.5 rounded twice.
+__device__ __forceinline__ void q35_qk_norm(const float *x, int dk, bool is_q,
+                                            float *o)
+{
+    int lane = threadIdx.x & 31;
+    float ss = 0.0f;
+    for (int i = lane; i < dk; i += 32)
+        ss = fmaf(x[i], x[i], ss);
+    ss = q35_warp_sum(ss);
+    float r = 1.0f / sqrtf(ss + 1e-6f);
+    float qscale = 1.0f / sqrtf((float)dk);
+    for (int i = lane; i < dk; i += 32) {
+        float n = __fmul_rn(x[i], r);
+        o[i] = is_q ? __fmul_rn(n, qscale) : n;
+    }
+}
+
 #endif

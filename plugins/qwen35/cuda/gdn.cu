@@ -92,30 +92,18 @@ __device__ __forceinline__ void q35_gdn_store(const float *s, float *S, int dk,
 }
 
 // A row's preparation (spec 2.5), by the whole block: q (sqk[0]) and k
-// (sqk[1]) of key head kh l2-normalised (the sum of squares by one warp,
-// lanes strided, fixed butterfly; r = 1 / sqrtf(ss + 1e-6); q = (q * r) *
-// dk^-0.5 rounded twice as on the CPU), db[0] = decay = exp(-exp(A_log) *
-// softplus(a + dt_bias)), db[1] = beta = sigmoid(b).
+// (sqk[1]) of key head kh l2-normalised (q35_qk_norm), db[0] = decay =
+// exp(-exp(A_log) * softplus(a + dt_bias)), db[1] = beta = sigmoid(b).
 __device__ __forceinline__ void
-q35_gdn_prep_row(const float *yr, int kd, int kh, int dk, float qscale,
+q35_gdn_prep_row(const float *yr, int kd, int kh, int dk,
                  const float *a, const float *b, int ldab, int row, int h,
                  const float *neg_a, const float *dt_bias, float (*sqk)[256],
                  float *db)
 {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int nw = (blockDim.x + 31) >> 5;
-    for (int u = warp; u < 2; u += nw) {
-        const float *x = yr + (int64_t)u * kd + (int64_t)kh * dk;
-        float ss = 0.0f;
-        for (int i = lane; i < dk; i += 32)
-            ss = fmaf(x[i], x[i], ss);
-        ss = q35_warp_sum(ss);
-        float r = 1.0f / sqrtf(ss + 1e-6f);
-        for (int i = lane; i < dk; i += 32) {
-            float n = __fmul_rn(x[i], r);
-            sqk[u][i] = u == 0 ? __fmul_rn(n, qscale) : n;
-        }
-    }
+    int warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    for (int u = warp; u < 2; u += nw)
+        q35_qk_norm(yr + (int64_t)u * kd + (int64_t)kh * dk, dk, u == 0,
+                    sqk[u]);
     if (threadIdx.x == 0) {
         float av = __fadd_rn(a[(int64_t)row * ldab + h], dt_bias[h]);
         db[0] = expf(__fmul_rn(neg_a[h], q35_softplus(av)));
@@ -147,7 +135,6 @@ extern "C" __global__ void __launch_bounds__(512)
         return; // the chunk kernels' (gdn_prompt.cu)
     int kh = h / (Hv / Hk);
     int kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd;
-    float qscale = 1.0f / sqrtf((float)dk);
     int64_t hoff = ((int64_t)slot * Hv + h) * dk * dv;
     float *S = reinterpret_cast<float *>(st.state) + hoff;
     float s[Q35_GDN_PART];
@@ -159,7 +146,7 @@ extern "C" __global__ void __launch_bounds__(512)
                           dk, dv, sh);
         const float *yr = y + (int64_t)row * cd;
         __syncthreads();
-        q35_gdn_prep_row(yr, kd, kh, dk, qscale, a, b, ldab, row, h, neg_a,
+        q35_gdn_prep_row(yr, kd, kh, dk, a, b, ldab, row, h, neg_a,
                          dt_bias, sqk, db);
         __syncthreads();
         float v = sh.on ? yr[2 * kd + h * dv + j] : 0.0f;
@@ -240,7 +227,6 @@ extern "C" __global__ void Q35_GDN_CLUSTER __launch_bounds__(Q35_GDN_PART * 8)
         return;
     int kh = h / (Hv / Hk);
     int kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd;
-    float qscale = 1.0f / sqrtf((float)dk);
     int64_t hoff = ((int64_t)slot * Hv + h) * dk * dv;
     float *S = reinterpret_cast<float *>(st.state) + hoff;
     // part-local shape for the dots: column index within the group
@@ -260,7 +246,7 @@ extern "C" __global__ void Q35_GDN_CLUSTER __launch_bounds__(Q35_GDN_PART * 8)
             q35_gdn_store(s, reinterpret_cast<float *>(st.snap_state) + hoff,
                           dk, dv, sh);
         __syncthreads();
-        q35_gdn_prep_row(yr, kd, kh, dk, qscale, a, b, ldab, row, h, neg_a,
+        q35_gdn_prep_row(yr, kd, kh, dk, a, b, ldab, row, h, neg_a,
                          dt_bias, sqk, db);
         __syncthreads();
         if (li >= 0) {

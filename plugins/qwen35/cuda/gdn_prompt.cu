@@ -13,8 +13,8 @@
 
 
 // Block (row, 0) of 32 * (2 Hk) threads: warp u < Hk normalises q of key
-// head u, warp Hk + u its k (as q35_gdn_rec: r = 1 / sqrtf(ss + 1e-6), q
-// then scaled by dk^-0.5), into qk[row][2][Hk][dk]; then thread h < Hv
+// head u, warp Hk + u its k (q35_qk_norm, as q35_gdn_rec), into
+// qk[row][2][Hk][dk]; then thread h < Hv
 // writes the log of the decay (-exp(A_log) softplus(a + dt_bias)) and beta
 // into db[row][2][Hv].
 extern "C" __global__ void
@@ -26,23 +26,13 @@ q35_gdnc_prep(const float *y, const float *a, const float *b, int ldab,
     Q35_PDL_ENTER();
     const q35_gpu_stream st = streams[si];
     int k = blockIdx.x, row = st.first + k;
-    int lane = threadIdx.x & 31, u = threadIdx.x >> 5;
-    int kd = Hk * dk;
+    int u = threadIdx.x >> 5, kd = Hk * dk;
     if (u < 2 * Hk) {
         int which = u / Hk, kh = u % Hk;
-        const float *x = y + (int64_t)row * cd + (int64_t)which * kd +
-                         (int64_t)kh * dk;
-        float ss = 0.0f;
-        for (int i = lane; i < dk; i += 32)
-            ss = fmaf(x[i], x[i], ss);
-        ss = q35_warp_sum(ss);
-        float r = 1.0f / sqrtf(ss + 1e-6f);
-        float qscale = 1.0f / sqrtf((float)dk);
-        float *o = qk + ((int64_t)k * 2 + which) * kd + (int64_t)kh * dk;
-        for (int i = lane; i < dk; i += 32) {
-            float n = __fmul_rn(x[i], r);
-            o[i] = which == 0 ? __fmul_rn(n, qscale) : n;
-        }
+        q35_qk_norm(y + (int64_t)row * cd + (int64_t)which * kd +
+                        (int64_t)kh * dk,
+                    dk, which == 0,
+                    qk + ((int64_t)k * 2 + which) * kd + (int64_t)kh * dk);
     }
     for (int h = threadIdx.x; h < Hv; h += blockDim.x) {
         float av = __fadd_rn(a[(int64_t)row * ldab + h], dt_bias[h]);
@@ -57,6 +47,49 @@ q35_gdnc_prep(const float *y, const float *a, const float *b, int ldab,
 // of 4 when dk and dv are: records load as float4).
 #define Q35_WY_STRIDE(dk, dv) ((dk) + (dv) + Q35_WY_C + 4)
 #define Q35_F4_ZERO           make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+
+// rec(i)[off + e] = sum_j T_ij (s_j X_je) for the chunk's n rows and e <
+// width: warp w takes rows w + 8 r, lane l columns l + 32 q (128 a pass),
+// each T and X element read once for the warp's 8 rows.
+template <typename Rec>
+__device__ __forceinline__ void q35_wy_times(const float *sT, const float *sc,
+                                             const float *X, int kst,
+                                             int width, int n, int off,
+                                             int warp, int lane, Rec rec)
+{
+    const int C = Q35_WY_C;
+    for (int q0 = 0; q0 < width; q0 += 128) {
+        float w[8][4];
+#pragma unroll
+        for (int r = 0; r < 8; r++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                w[r][q] = 0.0f;
+        for (int j = 0; j < C; j++) {
+            float xv[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int e = q0 + lane + 32 * q;
+                xv[q] = e < width ? __fmul_rn(sc[j], X[j * kst + e]) : 0.0f;
+            }
+#pragma unroll
+            for (int r = 0; r < 8; r++) {
+                float t = sT[(warp + 8 * r) * C + j];
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    w[r][q] = fmaf(t, xv[q], w[r][q]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 8; r++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int i = warp + 8 * r, e = q0 + lane + 32 * q;
+                if (i < n && e < width)
+                    rec(i)[off + e] = w[r][q];
+            }
+    }
+}
 
 // The chunk's own part. Block (value head, chunk) of 8 warps; warp w
 // computes rows w + 8 r of A, W, M and U, each operand read once for all
@@ -161,38 +194,8 @@ extern "C" __global__ void __launch_bounds__(256)
         }
         __syncthreads();
     }
-    // W = T (beta e^G K): rows warp + 8 r, columns lane + 32 q
-    for (int q0 = 0; q0 < dk; q0 += 128) {
-        float w[8][4];
-#pragma unroll
-        for (int r = 0; r < 8; r++)
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-                w[r][q] = 0.0f;
-        for (int j = 0; j < C; j++) {
-            float kv[4];
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                int e = q0 + lane + 32 * q;
-                kv[q] = e < dk ? __fmul_rn(sBG[j], sK[j * kst + e]) : 0.0f;
-            }
-#pragma unroll
-            for (int r = 0; r < 8; r++) {
-                float t = sT[(warp + 8 * r) * C + j];
-#pragma unroll
-                for (int q = 0; q < 4; q++)
-                    w[r][q] = fmaf(t, kv[q], w[r][q]);
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < 8; r++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                int i = warp + 8 * r, e = q0 + lane + 32 * q;
-                if (i < n && e < dk)
-                    rec(i)[e] = w[r][q];
-            }
-    }
+    // W = T (beta e^G K)
+    q35_wy_times(sT, sBG, sK, kst, dk, n, 0, warp, lane, rec);
     __syncthreads();
 #pragma unroll 4
     for (int x = tid; x < C * (dv / 4); x += blockDim.x) {
@@ -202,38 +205,8 @@ extern "C" __global__ void __launch_bounds__(256)
         reinterpret_cast<float4 *>(sK + i * kst)[c] = i < n ? r[c] : Q35_F4_ZERO;
     }
     __syncthreads();
-    // U = T (beta V), the same way
-    for (int q0 = 0; q0 < dv; q0 += 128) {
-        float u[8][4];
-#pragma unroll
-        for (int r = 0; r < 8; r++)
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-                u[r][q] = 0.0f;
-        for (int j = 0; j < C; j++) {
-            float vv[4];
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                int e = q0 + lane + 32 * q;
-                vv[q] = e < dv ? __fmul_rn(sB[j], sK[j * kst + e]) : 0.0f;
-            }
-#pragma unroll
-            for (int r = 0; r < 8; r++) {
-                float t = sT[(warp + 8 * r) * C + j];
-#pragma unroll
-                for (int q = 0; q < 4; q++)
-                    u[r][q] = fmaf(t, vv[q], u[r][q]);
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < 8; r++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                int i = warp + 8 * r, e = q0 + lane + 32 * q;
-                if (i < n && e < dv)
-                    rec(i)[dk + e] = u[r][q];
-            }
-    }
+    // U = T (beta V)
+    q35_wy_times(sT, sB, sK, kst, dv, n, dk, warp, lane, rec);
 }
 
 // The part that carries the state, chunk after chunk. Block (value head,
