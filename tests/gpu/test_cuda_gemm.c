@@ -12,25 +12,10 @@
 #include <string.h>
 
 #include <loom/cuda_runtime.h>
+#include <loom/plugin.h>
 
 #include "gpuutil.h"
 #include "testutil.h"
-
-static uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static double from_bf16(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 static uint32_t rng_state = 12345;
 static float uniform(void)
@@ -48,9 +33,9 @@ static void check_shape(const loom_cuda *cu, int m, int n, int k, int ldd,
     uint16_t *a = malloc(na * 2), *b = malloc(nb * 2);
     float *d0 = malloc(nd * 4), *d = malloc(nd * 4), *d2 = malloc(nd * 4);
     for (size_t i = 0; i < na; i++)
-        a[i] = to_bf16(uniform());
+        a[i] = loom_f32_to_bf16(uniform());
     for (size_t i = 0; i < nb; i++)
-        b[i] = to_bf16(uniform());
+        b[i] = loom_f32_to_bf16(uniform());
     for (size_t i = 0; i < nd; i++)
         d0[i] = uniform();
     loom_err err = {{0}};
@@ -82,8 +67,8 @@ static void check_shape(const loom_cuda *cu, int m, int n, int k, int ldd,
             }
             double ref = beta * (double)d0[at], mag = fabs(ref);
             for (int i = 0; i < k; i++) {
-                double p = from_bf16(a[(size_t)r * k + i]) *
-                           from_bf16(b[(size_t)t * k + i]);
+                double p = (double)loom_bf16_to_f32(a[(size_t)r * k + i]) *
+                           loom_bf16_to_f32(b[(size_t)t * k + i]);
                 ref += p;
                 mag += fabs(p);
             }

@@ -24,9 +24,7 @@ enum {
     PREF_ALIGN_A = 5 /* B, C, D follow */
 };
 
-/* No workspace: the algorithms that need none (no split-K reductions in
- * scratch) are as fast at prompt-chunk shapes, and nothing stays allocated
- * behind the models' backs. */
+/* Shapes whose algorithm is kept (past them, each call asks again). */
 #define GEMM_SHAPES 128
 
 typedef struct lt_algo {
@@ -210,6 +208,9 @@ static loom_status shape_algo(loom__gemm *g, const lt_call *c,
     lt_heuristic h;
     int got = 0;
     lt_status s = g->f.pref_create(&p);
+    /* no workspace: the algorithms that need none (no split-K reductions
+     * in scratch) are as fast at prompt-chunk shapes, and nothing stays
+     * allocated behind the models' backs */
     if (s == 0)
         s = g->f.pref_set(p, PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     /* C and D are one buffer */
