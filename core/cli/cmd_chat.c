@@ -191,6 +191,7 @@ int loom_cmd_chat(int argc, char **argv)
     int tty = loom_is_terminal(0) && loom_is_terminal(1);
     loom_engine_params ep;
     loom_cli_engine_params(&o, model, &ep);
+    ep.max_streams = 1; /* one conversation: the cache pool holds one slot */
     if (loom_is_terminal(2)) {
         ep.progress = loom_cli_progress;
         ep.progress_user = (void *)"loom chat: loading";

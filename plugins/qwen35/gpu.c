@@ -40,6 +40,26 @@ loom_status q35_gpu_launch(const q35_gpu *g, loom_cu_function f, unsigned gx,
                          what, err);
 }
 
+loom_status q35_gpu_launch_cluster(const q35_gpu *g, loom_cu_function f,
+                                   unsigned gx, unsigned gy, unsigned bx,
+                                   unsigned smem, unsigned cluster, void **args,
+                                   const char *what, loom_err *err)
+{
+    if (gx == 0 || gy == 0)
+        return LOOM_OK;
+    loom_cu_launch_attr at[2];
+    memset(at, 0, sizeof at);
+    at[0].id = LOOM_CU_LAUNCH_ATTR_CLUSTER_DIMENSION;
+    unsigned dim[3] = {cluster, 1, 1};
+    memcpy(at[0].v.bytes, dim, sizeof dim);
+    at[1].id = LOOM_CU_LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
+    at[1].v.value = 1;
+    loom_cu_launch_config c = {
+        gx, gy, 1, bx, 1, 1, smem, g->cu->stream, at, g->pdl ? 2u : 1u};
+    return q35_gpu_check(g, g->cu->launchKernelEx(&c, f, args, NULL), what,
+                         err);
+}
+
 /* ---------------------------------------------------------------- kernels */
 
 static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
@@ -48,7 +68,7 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     struct {
         loom_cu_function *f;
         char name[32];
-    } t[64];
+    } t[80];
     int n = 0;
     q35_gpu_fns *F = &g->fn;
     for (int i = 0; i < 3; i++) {
@@ -78,6 +98,18 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
             snprintf(t[n++].name, 32, "q35_q4_%d%s", r ? 8 : 1,
                      u ? "_glu" : "");
         }
+    for (int u = 0; u < 2; u++)
+        for (int k = 0; k < Q35_MMA_TILES; k++) {
+            t[n].f = &F->mma[u][k];
+            snprintf(t[n++].name, 32, "q35_mma%d%s", q35_mma_tok(k),
+                     u ? "_glu" : "");
+        }
+    for (int u = 0; u < 2; u++) {
+        t[n].f = &F->mmar[u];
+        snprintf(t[n++].name, 32, "q35_mma1r%s", u ? "_glu" : "");
+    }
+    t[n].f = &F->split;
+    snprintf(t[n++].name, 32, "q35_split");
     t[n].f = &F->embed_q4;
     snprintf(t[n++].name, 32, "q35_embed_q4");
 #define Q35_FN(member, nm)                                                     \
@@ -360,6 +392,50 @@ static void q35_place_weights(loom_model *m, q35_arena *a)
     }
 }
 
+/* The tensor maps of the mma kernels' weights: boxes of 64 columns by
+ * Q35_MMA_BOX rows with the 128-byte swizzle, zeros past the edges. */
+static int q35_map_lin(const loom_cuda *cu, q35_gpu_lin *l)
+{
+    if (!l->p || l->bits || l->dtype != LOOM_DTYPE_BF16 || l->cols % 16)
+        return 1;
+    q35_tmap map;
+    uint64_t dims[2] = {(uint64_t)l->cols, (uint64_t)l->rows};
+    uint64_t strides[1] = {(uint64_t)l->cols * 2};
+    uint32_t box[2] = {64, Q35_MMA_BOX}, one[2] = {1, 1};
+    /* BFLOAT16, no interleave, 128-byte swizzle, 256-byte L2 promotion,
+     * zero fill */
+    if (cu->tensorMapEncodeTiled(&map, 9, 2, (void *)(uintptr_t)l->p, dims,
+                                 strides, box, one, 0, 3, 3, 0) != 0)
+        return 0;
+    memcpy(l->map, &map, sizeof l->map);
+    l->mapped = 1;
+    return 1;
+}
+
+static int q35_map_layer(const loom_cuda *cu, q35_gpu_layer *D)
+{
+    q35_gpu_lin *l[] = {&D->in,      &D->q,     &D->k,       &D->v,
+                        &D->o,       &D->qkv,   &D->z,       &D->b,
+                        &D->a,       &D->qkvz,  &D->ba,      &D->out,
+                        &D->gate,    &D->up,    &D->down,    &D->router,
+                        &D->sh_gate, &D->sh_up, &D->sh_down, &D->sh_gate_w};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof l / sizeof *l; i++)
+        ok = ok && q35_map_lin(cu, l[i]);
+    return ok;
+}
+
+/* Every weight's map, or none: the mma kernels then stay off. */
+static void q35_gpu_maps(loom_model *m)
+{
+    q35_gpu *g = m->gpu;
+    int ok = g->mma && q35_map_lin(g->cu, &g->embed) &&
+             q35_map_lin(g->cu, &g->lm_head);
+    for (int64_t i = 0; ok && i < m->g.n_layers; i++)
+        ok = q35_map_layer(g->cu, &g->layers[i]);
+    g->mma = ok;
+}
+
 /* Refuses what the kernels do not take: quantized weights, shapes past the
  * kernels' register tiles. */
 /* An affine weight the kernels take: 4 bits, groups of a multiple of 32
@@ -478,12 +554,14 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
         /* prompt chunks: BF16 rows, the up product, the
          * chunkwise delta rule's per-row records */
         g->gemm ? (R * big + 1) / 2 : 0, g->gemm ? R * big : 0,
-        g->gdn_chunk ? R * Hv * (G->lin_dk + G->lin_dv + Q35_WY_C + 4) : 0};
+        g->gdn_chunk ? R * Hv * (G->lin_dk + G->lin_dv + Q35_WY_C + 4) : 0,
+        /* decode rows' split activations: two BF16 halves a float */
+        g->mma ? R * (big + Q35_MMA_KC) : 0};
     loom_cu_ptr *dst[] = {
         &s->h,    &s->xn,   &s->big0, &s->big1, &s->big2, &s->conv_out,
         &s->o,    &s->z,    &s->b,    &s->a,    &s->prob, &s->sel,
         &s->wsel, &s->gout, &s->proj, &s->shg,  &s->rows, &s->streams,
-        &s->part, &s->xb,   &s->gup,  &s->wy};
+        &s->part, &s->xb,   &s->gup,  &s->wy,   &s->xs};
     int n = (int)(sizeof sizes / sizeof *sizes);
     uint64_t total = 0;
     for (int i = 0; i < n; i++)
@@ -514,6 +592,63 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
 }
 
 /* ---------------------------------------------------------------- open */
+
+/* The tensor-core decode products (sm_90: clusters, bulk copies): each
+ * tile's ring as deep as the block's shared memory allows, and how many
+ * clusters of each size fit on the device at once (a launch takes no more,
+ * so none waits for a second wave). */
+static void q35_gpu_mma_open(q35_gpu *g)
+{
+    const loom_cuda *cu = g->cu;
+    g->mma = cu->cc_major >= 9 && cu->launchKernelEx != NULL &&
+             cu->struct_size >= offsetof(loom_cuda, tensorMapEncodeTiled) +
+                                    sizeof cu->tensorMapEncodeTiled &&
+             cu->occupancyMaxActiveClusters != NULL &&
+             cu->tensorMapEncodeTiled != NULL;
+    for (int k = 0; k < Q35_MMA_TILES && g->mma; k++) {
+        int tok = q35_mma_tok(k);
+        /* two rings: one block per SM with a deep ring (0), and two blocks
+         * per SM (a block's bulk copies are served one after another, so
+         * two stream faster on products with many rows) when two stages
+         * each fit (1; else the first again); the kernel's static barriers
+         * take up to 1024 bytes more */
+        uint64_t part = q35_mma_smem(tok, 0) + 1024, stage = q35_mma_stage(tok);
+        int ns = cu->smem_per_block_optin > part
+                     ? (int)((cu->smem_per_block_optin - part) / stage)
+                     : 0;
+        int ns2 = (int)((Q35_MMA_HALF_SM - part) / stage);
+        g->mma_ns[0][k] = ns > Q35_MMA_NS ? Q35_MMA_NS : ns;
+        g->mma_ns[1][k] =
+            ns2 >= 2 ? (ns2 > Q35_MMA_NS ? Q35_MMA_NS : ns2) : g->mma_ns[0][k];
+        g->mma = g->mma_ns[0][k] >= 2;
+        for (int u = 0; u < 2 && g->mma; u++) {
+            g->mma = cu->funcSetAttribute(
+                         g->fn.mma[u][k], 8,
+                         (int)q35_mma_smem(tok, g->mma_ns[0][k])) == 0;
+            for (int r = 0; r < 2 && g->mma; r++)
+                for (int c = 0; c < 3 && g->mma; c++) {
+                    unsigned smem = q35_mma_smem(tok, g->mma_ns[r][k]);
+                    loom_cu_launch_attr at;
+                    memset(&at, 0, sizeof at);
+                    at.id = LOOM_CU_LAUNCH_ATTR_CLUSTER_DIMENSION;
+                    unsigned dim[3] = {1u << c, 1, 1};
+                    memcpy(at.v.bytes, dim, sizeof dim);
+                    loom_cu_launch_config lc = {
+                        1u << c, 1, 1, 288, 1, 1, smem, cu->stream, &at, 1};
+                    int n = 0;
+                    g->mma = cu->occupancyMaxActiveClusters(&n, g->fn.mma[u][k],
+                                                            &lc) == 0 &&
+                             n > 0;
+                    g->mma_clusters[r][u][k][c] = n;
+                }
+        }
+    }
+    /* the one-row form sizes its ring per launch */
+    for (int u = 0; u < 2 && g->mma; u++)
+        g->mma =
+            cu->funcSetAttribute(g->fn.mmar[u], 8,
+                                 (int)cu->smem_per_block_optin - 1024) == 0;
+}
 
 /* Prompt chunks take tensor-core products when the host has them (no
  * cuBLASLt, or LOOM_CUBLASLT naming none: every row on loom's own kernels)
@@ -595,6 +730,8 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
     int32_t max_streams = LOOM_HAS_FIELD(osz, loom_model_options, max_streams)
                               ? opt->max_streams
                               : 0;
+    int no_windows =
+        LOOM_HAS_FIELD(osz, loom_model_options, no_windows) && opt->no_windows;
     const loom_cuda *cu = m->host->cuda ? m->host->cuda(m->host) : NULL;
     if (!cu)
         return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
@@ -669,6 +806,12 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
             for (int k = 0; k < 4 && g->gemvs; k++)
                 g->gemvs = cu->funcSetAttribute(g->fn.gemvs[i][u][k], 8,
                                                 Q35_GEMVS_SMEM) == 0;
+    q35_gpu_mma_open(g);
+    /* one stream and no windows: every decode round is a one-row step,
+     * which the streaming kernels run faster (the tensor-core ones pay
+     * off once rows share a weight read: many streams, windows) */
+    if (max_streams == 1 && no_windows)
+        g->mma = 0;
     g->lay = (q35_gpu_log){(int32_t)m->log.conv, (int32_t)m->log.k,
                            (int32_t)m->log.v,    (int32_t)m->log.decay,
                            (int32_t)m->log.beta, (int32_t)m->log.size};
@@ -684,6 +827,7 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
     q35_place_weights(m, &a);
     if ((st = a.st) != LOOM_OK)
         goto fail;
+    q35_gpu_maps(m);
     q35_gpu_gemm_open(m);
     if ((st = q35_gpu_scratch_alloc(m, err)) != LOOM_OK)
         goto fail;
@@ -693,8 +837,11 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
                        "uploading weights", err);
     if (st != LOOM_OK)
         goto fail;
-    m->host->log(m->host, LOOM_LOG_INFO, "qwen35: %llu bytes of weights on %s",
-                 (unsigned long long)bytes, cu->name);
+    m->host->log(m->host, LOOM_LOG_INFO,
+                 "qwen35: %llu bytes of weights on %s; decode products on %s",
+                 (unsigned long long)bytes, cu->name,
+                 g->mma ? "tensor cores (q35_mma)"
+                        : "the streaming kernels (q35_gemvs, q35_gemv8)");
     return LOOM_OK;
 fail:
     q35_gpu_close(m);

@@ -20,6 +20,10 @@ typedef struct q35_gpu_lin {
      * of `group` columns; bits 0 for plain weights */
     int32_t bits, group;
     loom_cu_ptr scales, biases;
+    /* BF16 with cols a multiple of 16, when the mma kernels run: the
+     * tensor map (CUtensorMap) their bulk copies read it through */
+    int32_t mapped;
+    uint64_t map[16];
 } q35_gpu_lin;
 
 typedef struct q35_gpu_layer {
@@ -45,6 +49,10 @@ typedef struct q35_gpu_fns {
     /* one row through shared memory (gemv_stream.cu): [bf16, f16][SwiGLU]
      * [wpr 1, 2, 4, 8] */
     loom_cu_function gemvs[2][2][4];
+    /* on tensor cores (gemv_mma.cu): [SwiGLU][tiles of 4, 8, 16, 32
+     * rows]; their activations split into BF16 halves */
+    loom_cu_function mma[2][Q35_MMA_TILES], split;
+    loom_cu_function mmar[2]; /* ... one row, split in the kernel */
     /* affine 4-bit (linear.cu): [1 row, 8 rows][SwiGLU]; its embedding */
     loom_cu_function q4[2][2], embed_q4;
     loom_cu_function rmsnorm, conv, conv_restore;
@@ -67,6 +75,7 @@ typedef struct q35_gpu_scratch {
     loom_cu_ptr xb;   /* a prompt chunk's product input as BF16 */
     loom_cu_ptr gup;  /* its SwiGLU's second product */
     loom_cu_ptr wy;   /* its delta rule's chunk records (gdn_prompt.cu) */
+    loom_cu_ptr xs;   /* decode rows' product input as BF16 hi, lo halves */
     loom_cu_ptr logits, taps, maps; /* grown on demand */
     uint64_t logits_bytes, taps_bytes, maps_bytes;
 } q35_gpu_scratch;
@@ -123,6 +132,13 @@ typedef struct q35_gpu {
     unsigned attn_chunk_smem;     /* its dynamic shared memory */
     int gemvs;                    /* one-row products take the gemvs kernels */
     int gdn_rec4;                 /* the recurrence takes q35_gdn_rec4 */
+    /* decode products of BF16 weights take the mma kernels: their ring
+     * stages by [ring][tile] (ring 0 one block per SM, 1 two) and the
+     * clusters the device holds at once by [ring][SwiGLU][tile][cluster of
+     * 1, 2, 4] */
+    int mma;
+    int mma_ns[2][Q35_MMA_TILES];
+    int mma_clusters[2][2][Q35_MMA_TILES][3];
     /* the round's prompt chunks (loom_plan_prompt_chunk): their streams,
      * placed after every other row */
     int32_t *pc, n_pc, pc_row0;
@@ -155,6 +171,11 @@ void q35_gpu_close(loom_model *m);
 loom_status q35_gpu_launch(const q35_gpu *g, loom_cu_function f, unsigned gx,
                            unsigned gy, unsigned bx, unsigned smem, void **args,
                            const char *what, loom_err *err);
+/* The same with a cluster of `cluster` blocks along x (sm_90). */
+loom_status q35_gpu_launch_cluster(const q35_gpu *g, loom_cu_function f,
+                                   unsigned gx, unsigned gy, unsigned bx,
+                                   unsigned smem, unsigned cluster, void **args,
+                                   const char *what, loom_err *err);
 /* A driver call's result as a loom_status naming `what`. */
 loom_status q35_gpu_check(const q35_gpu *g, loom_cu_result r, const char *what,
                           loom_err *err);

@@ -61,6 +61,66 @@ static int q35_dt(loom_dtype t)
     return t == LOOM_DTYPE_BF16 ? 0 : t == LOOM_DTYPE_F16 ? 1 : 2;
 }
 
+/* The product on tensor cores (BF16 weights, columns a multiple of 16):
+ * the rows split into BF16 halves (normed first with nw), then one launch
+ * for tiles of up to 32 rows, clusters of q35_mma_splits(cols) blocks, no
+ * more clusters than the device holds at once. */
+static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
+                               const q35_gpu_lin *w2, loom_cu_ptr x, int ldx,
+                               loom_cu_ptr y, int ldy, int T, int mode,
+                               loom_cu_ptr nw)
+{
+    const q35_gpu *g = R->g;
+    float eps = (float)R->m->g.eps;
+    loom_cu_ptr xs = g->s.xs;
+    int rows = w->rows, cols = w->cols;
+    int glu = mode == 2;
+    int S = q35_mma_splits(cols), c = S == 1 ? 0 : S == 2 ? 1 : 2;
+    int64_t unit = glu ? 8 : 16, units = (rows + unit - 1) / unit;
+    /* two blocks per SM stream products of many rows faster; one with a
+     * deeper ring those of fewer (measured: tools/gemv_mma_bench.cu) */
+    int r = (int64_t)rows * (glu ? 2 : 1) >= Q35_MMA_ROWS2;
+    /* the kernel's two maps: w2's (SwiGLU) or w's again */
+    void *wm = (void *)w->map, *w2m = (void *)(w2 ? w2->map : w->map);
+    if (T == 1) {
+        /* one row: the kernel splits its block's columns itself (one
+         * launch less on the step's path), when 2 stages fit beside them */
+        int nsl = (cols + Q35_MMA_KC - 1) / Q35_MMA_KC;
+        int run = (nsl + S - 1) / S * Q35_MMA_KC;
+        int64_t fixed = (int64_t)q35_mma_smem(4, 0) + q35_mma_resa(run);
+        int64_t cap =
+            r ? Q35_MMA_HALF_SM : (int64_t)g->cu->smem_per_block_optin;
+        int64_t ns = (cap - 1024 - fixed) / (Q35_MMA_RS * 256 * 2);
+        if (ns > Q35_MMA_NS)
+            ns = Q35_MMA_NS;
+        if (ns >= 2) {
+            int64_t C = g->mma_clusters[r][glu][0][c];
+            if (C > units)
+                C = units;
+            int nsi = (int)ns;
+            void *args[] = {wm, w2m,   &xs,  &y, &ldy, &rows, &cols,
+                            &T, &mode, &nsi, &x, &ldx, &nw,   &eps};
+            return q35_gpu_launch_cluster(
+                g, g->fn.mmar[glu], (unsigned)(C * S), 1, 288,
+                (unsigned)(fixed + ns * Q35_MMA_RS * 256 * 2), (unsigned)S,
+                args, "q35_mma1r", R->err);
+        }
+    }
+    Q35_LAUNCH(split, (cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T, 256, 0,
+               &x, &ldx, &xs, &cols, &T, &nw, &eps);
+    int k = T <= 4 ? 0 : T <= 8 ? 1 : T <= 16 ? 2 : 3, tok = q35_mma_tok(k);
+    int64_t C = g->mma_clusters[r][glu][k][c];
+    if (C > units)
+        C = units;
+    int ns = g->mma_ns[r][k];
+    void *args[] = {wm, w2m,   &xs, &y, &ldy, &rows, &cols,
+                    &T, &mode, &ns, &x, &ldx, &nw,   &eps};
+    return q35_gpu_launch_cluster(g, g->fn.mma[glu][k], (unsigned)(C * S),
+                                  (unsigned)((T + tok - 1) / tok), 288,
+                                  q35_mma_smem(tok, ns), (unsigned)S, args,
+                                  "q35_mma", R->err);
+}
+
 /* y = W x over T rows (mode 0), y += W x (1), or y = silu(W x) * (W2 x)
  * (2); with sel, row t uses expert sel[t * sel_stride] of W (and W2); with
  * nw, x is the residual stream and the product reads RMSNorm(x) * nw. The
@@ -75,6 +135,8 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
     long long estride = (long long)rows * cols;
     float eps = (float)R->m->g.eps;
     int dt = q35_dt(w->dtype);
+    if (R->g->mma && w->mapped && !sel && (!w2 || w2->mapped))
+        return q35_lin_mma(R, w, w2, x, ldx, y, ldy, T, mode, nw);
     if (nw && (w->bits || !(dt < 2 && cols % 8 == 0 && ldx % 4 == 0))) {
         /* the other kernels read a normed copy */
         loom_cu_ptr none = 0, xn = R->g->s.xn;

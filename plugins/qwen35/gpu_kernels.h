@@ -58,6 +58,71 @@ static inline int q35_gemvs_stages(int cols)
     return ns > Q35_GEMVS_NS ? Q35_GEMVS_NS : ns;
 }
 
+/* The tensor-core decode product (cuda/gemv_mma.cu): a block's columns
+ * are a run of Q35_MMA_KC-column slices; a ring stage holds Q35_MMA_RS
+ * weight rows by 256 columns, as 64-column blocks of Q35_MMA_RS rows of 128
+ * bytes laid out by the bulk tensor copy's 128-byte swizzle (16-byte piece
+ * p of row r at piece p ^ (r % 8)), weights in boxes of 64 columns by
+ * Q35_MMA_BOX rows; then the same blocks of the launch tile's rows, two
+ * (hi, lo) per row. Tiles of 4, 8, 16 or 32 rows (Q35_MMA_TILES kinds), at
+ * most Q35_MMA_NS stages. */
+#define Q35_MMA_KC    128
+#define Q35_MMA_RS    64
+#define Q35_MMA_BOX   32
+#define Q35_MMA_NS    4
+#define Q35_MMA_TILES 4
+/* The most shared memory a block may take for two to fit on an SM (228
+ * KiB, less 1 KiB the driver keeps per block). */
+#define Q35_MMA_HALF_SM (113 * 1024)
+/* Weight rows from which a product takes two blocks per SM. */
+#define Q35_MMA_ROWS2 8192
+/* Columns per block of q35_split. */
+#define Q35_SPLIT_COLS 1024
+
+/* The one-row form's own copy of a block's run of columns of the row's
+ * halves (after its ring): 256 bytes a 64-column block, and 6 rows of 128
+ * bytes that its MMA's unused rows read past the end. */
+static inline unsigned q35_mma_resa(int run)
+{
+    return (unsigned)(run / 64 * 256 + 6 * 128);
+}
+
+/* A bulk tensor copy's map (CUtensorMap). */
+typedef struct q35_tmap {
+#ifdef __cplusplus
+    alignas(64) uint64_t v[16];
+#else
+    _Alignas(64) uint64_t v[16];
+#endif
+} q35_tmap;
+
+/* Blocks of a cluster, each a run of the columns, from the weight's
+ * columns alone (a row's summation order must not depend on the round):
+ * two for runs of at least 8 slices, else one. */
+static inline int q35_mma_splits(int cols)
+{
+    return (cols + Q35_MMA_KC - 1) / Q35_MMA_KC >= 16 ? 2 : 1;
+}
+
+/* Rows of a launch tile of kind k. */
+static inline int q35_mma_tok(int k)
+{
+    return 4 << k;
+}
+
+/* Bytes of a ring stage for tiles of tok rows. */
+static inline unsigned q35_mma_stage(int tok)
+{
+    return (unsigned)(Q35_MMA_RS * 256 * 2 + 256 / 64 * 2 * tok * 128);
+}
+
+/* Dynamic shared memory of a block with ns stages: two buffers of partial
+ * sums, then the ring. */
+static inline unsigned q35_mma_smem(int tok, int ns)
+{
+    return (unsigned)(2 * tok * Q35_MMA_RS * 4 + ns * q35_mma_stage(tok));
+}
+
 /* The chunk attention (q35_attn_chunk): query rows per warp, per block of
  * 4 warps. */
 #define Q35_AC_R 8

@@ -170,6 +170,61 @@ START_TEST(reference_ref2)
 }
 END_TEST
 
+/* One stream and no drafter (max_streams 1: what `loom run` and `loom
+ * chat` open): the decode products run on the streaming kernels instead of
+ * the tensor-core ones, and are held to the same references: the prompt's
+ * logits within TOL of transformers, the prompt fed as one round of rows
+ * bit-identical to the same rows one at a time (the 8-row and one-row
+ * kernels sum a row in one order), and the greedy steps. */
+START_TEST(one_stream_streaming_kernels)
+{
+    const char *models[] = {"models/qwen35-tiny", "models/qwen35-ref2"};
+    for (int k = 0; k < 2; k++) {
+        tm_golden g;
+        tm_read_golden(models[k], 1, &g);
+        loom_engine *e =
+            gpu_open(fixture(models[k]), LOOM_DEVICE_CUDA, 1, "qwen35");
+        int32_t V = g.vocab, P = g.n_prompt;
+        size_t cnt = (size_t)P * V;
+        float *lg = malloc(cnt * sizeof(float));
+        float *steps = malloc(cnt * sizeof(float));
+        loom_cache *c = tm_new_cache(e);
+        feed(e, c, 0, g.prompt, P, P, LOOM_ROW_LOGITS, lg);
+        tm_cache_free(e, c);
+        c = tm_new_cache(e);
+        feed(e, c, 0, g.prompt, P, 1, LOOM_ROW_LOGITS, steps);
+        ck_assert_msg(memcmp(lg, steps, cnt * sizeof(float)) == 0,
+                      "%s: prompt rows vs one-row steps differ by %g",
+                      models[k], rel_err(lg, steps, cnt));
+        double worst = 0;
+        for (int32_t t = 0; t < P; t++) {
+            double r = rel_err(lg + (size_t)t * V, g.logits + (size_t)t * V,
+                               (size_t)V);
+            worst = r > worst ? r : worst;
+        }
+        ck_assert_msg(worst < TOL, "%s: vs transformers %g", models[k], worst);
+        float *row = malloc((size_t)V * sizeof(float));
+        memcpy(row, lg + (size_t)(P - 1) * V, (size_t)V * sizeof(float));
+        for (int32_t i = 0; i < g.n_greedy; i++) {
+            float margin;
+            int32_t tok = argmax(row, V, &margin);
+            ck_assert_msg(tok == g.greedy[i] || margin <= TOL,
+                          "%s greedy step %d: %d, want %d", models[k], i, tok,
+                          g.greedy[i]);
+            feed(e, c, P + i, &g.greedy[i], 1, 1, LOOM_ROW_LOGITS, row);
+        }
+        printf("%s, one stream (streaming kernels): vs transformers %.3g\n",
+               models[k], worst);
+        tm_cache_free(e, c);
+        loom_engine_close(e);
+        free(row);
+        free(lg);
+        free(steps);
+        free(g.logits);
+    }
+}
+END_TEST
+
 /* ---------------------------------------------------------------- windows */
 
 /* After p prompt rows, `plain` plain rows then k speculative rows in one
@@ -912,6 +967,7 @@ int main(void)
     tcase_add_test(tc, reference_tiny);
     tcase_add_test(tc, reference_vl_tiny);
     tcase_add_test(tc, reference_ref2);
+    tcase_add_test(tc, one_stream_streaming_kernels);
     tcase_add_test(tc, qwen3_next_dense);
     tcase_add_test(tc, qwen3_next_moe);
     tcase_add_test(tc, windows_and_commit);

@@ -364,6 +364,8 @@ static loom_status resolve_table(loom_cuda_runtime *rt, loom_err *err)
     RESOLVE(d, t->funcGetAttribute, "cuFuncGetAttribute");
     RESOLVE(d, t->launchKernel, "cuLaunchKernel");
     RESOLVE(d, t->launchKernelEx, "cuLaunchKernelEx");
+    RESOLVE(d, t->occupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters");
+    RESOLVE(d, t->tensorMapEncodeTiled, "cuTensorMapEncodeTiled");
     RESOLVE(d, t->streamSynchronize, "cuStreamSynchronize");
     RESOLVE(d, t->streamWaitEvent, "cuStreamWaitEvent");
     RESOLVE(d, t->eventCreate, "cuEventCreate");
@@ -377,7 +379,8 @@ static loom_status resolve_table(loom_cuda_runtime *rt, loom_err *err)
     RESOLVE(d, t->graphLaunch, "cuGraphLaunch");
     RESOLVE(d, t->graphExecDestroy, "cuGraphExecDestroy");
     RESOLVE(d, t->graphDestroy, "cuGraphDestroy");
-    /* every member but launchKernelEx is required */
+    /* every member but launchKernelEx, occupancyMaxActiveClusters and
+     * tensorMapEncodeTiled is required */
     static const struct {
         size_t off;
         const char *name;

@@ -267,6 +267,7 @@ loom_status loom_engine_open(const loom_engine_params *params,
     opt.max_context = params->max_context;
     opt.max_rows = params->max_rows > 0 ? params->max_rows : 512;
     opt.max_streams = params->max_streams > 0 ? params->max_streams : 0;
+    opt.no_windows = params->drafter == NULL;
     rc = loom_family_open(&e->family, e->plugin->host, e->ckpt, &opt, &e->model,
                           err);
     if (rc != LOOM_OK)

@@ -8,55 +8,11 @@
 // lane's 256-column chunks of its part in order, the 8 of a chunk in order,
 // the butterfly, the parts in part order. So a one-row step and the rows of
 // a window (q35_gemv8) give the same bits.
+#include "bulk.cuh"
 #include "common.cuh"
 
 // A slab: 8 chunks of 256 columns of a group of rows, one stage of the ring.
 #define Q35_SLAB Q35_GEMVS_SLAB
-
-__device__ __forceinline__ uint32_t q35_smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void q35_bar_init(uint64_t *bar, int count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(
-                     q35_smem_addr(bar)),
-                 "r"(count)
-                 : "memory");
-}
-
-__device__ __forceinline__ void q35_bar_expect(uint64_t *bar, uint32_t bytes)
-{
-    asm volatile(
-        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-            q35_smem_addr(bar)),
-        "r"(bytes)
-        : "memory");
-}
-
-__device__ __forceinline__ void q35_bar_wait(uint64_t *bar, uint32_t parity)
-{
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done)
-                     : "r"(q35_smem_addr(bar)), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
-// bytes (a multiple of 16) from global src to shared dst, counted on bar.
-__device__ __forceinline__ void q35_bulk_load(void *dst, const void *src,
-                                              uint32_t bytes, uint64_t *bar)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
-                 "bytes [%0], [%1], %2, [%3];" ::"r"(q35_smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(q35_smem_addr(bar))
-                 : "memory");
-}
 
 // Unit i of a block: group g = i / nsl of RPW rows (of w, then of w2 for
 // GLU), slab s = i % nsl; thread 0 loads it into stage i % NS.
@@ -79,13 +35,6 @@ q35_slab_issue(const W *w, const W *w2, int64_t ra, int64_t rb, int cols,
             q35_bulk_load(stage + (int64_t)(RPW + j) * Q35_SLAB, w2 + off,
                           bytes, bar);
     }
-}
-
-__device__ __forceinline__ void q35_bar_arrive(uint64_t *bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(
-                     q35_smem_addr(bar))
-                 : "memory");
 }
 
 // The 8 consumer warps' own barrier (the producer has left).
@@ -130,14 +79,7 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
     int nu = ng * nsl;
     int t = blockIdx.y;
     q35_pdl_allow();
-    if (tid == 0) {
-        for (int k = 0; k < ns; k++) {
-            q35_bar_init(&full[k], 1);
-            q35_bar_init(&empty[k], 8);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    q35_ring_init(full, empty, ns, 8);
     if (warp == 8) {
         // the producer reads weights only, never a forward's writes, so it
         // does not wait for the kernel before
@@ -211,7 +153,7 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
             q35_bar_arrive(&empty[st]);
         if (s < nsl - 1)
             continue;
-        // the group's last slab: part sums, then each row's parts in order
+            // the group's last slab: part sums, then each row's parts in order
 #pragma unroll
         for (int m = 0; m < M; m++) {
             float v = q35_warp_sum(acc[m]);
@@ -248,10 +190,9 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
 #endif
 
 #define Q35_GEMVS(name, W, RPW, GLU, WPR)                                      \
-    extern "C" __global__ void __launch_bounds__(288)                          \
-        name(const W *w, const W *w2, const float *x, int ldx, float *y,       \
-             int ldy, int rows, int cols, int mode, const float *nw,           \
-             float eps, int ns)                                                \
+    extern "C" __global__ void __launch_bounds__(288) name(                    \
+        const W *w, const W *w2, const float *x, int ldx, float *y, int ldy,   \
+        int rows, int cols, int mode, const float *nw, float eps, int ns)      \
     {                                                                          \
         Q35_GEMVS_SM90(q35_gemvs_body<W, RPW, GLU, Q35_GEMVS_NS, WPR>(         \
             w, w2, x, ldx, y, ldy, rows, cols, mode, nw, eps, ns));            \

@@ -54,6 +54,8 @@ typedef struct loom_cu_graph_exec_s *loom_cu_graph_exec;
 
 /* cuLaunchKernelEx's attribute for programmatic dependent launch (sm_90). */
 #define LOOM_CU_LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION 6
+/* ... and its cluster shape (sm_90): v.bytes holds three unsigned ints. */
+#define LOOM_CU_LAUNCH_ATTR_CLUSTER_DIMENSION 4
 
 typedef struct loom_cu_launch_attr {
     int id;
@@ -206,6 +208,21 @@ typedef struct loom_cuda {
                                   int32_t n, int32_t k, loom_cu_ptr a,
                                   loom_cu_ptr b, loom_cu_ptr d, int32_t ldd,
                                   float beta, struct loom_err *err);
+
+    /* Since ABI 2.4 (check struct_size); NULL on drivers without it.
+     * cuOccupancyMaxActiveClusters: how many clusters of the config's shape
+     * (its cluster attribute and shared memory) the device holds at once. */
+    loom_cu_result(LOOM_CUDA_API *occupancyMaxActiveClusters)(
+        int *clusters, loom_cu_function f, const loom_cu_launch_config *config);
+    /* Since ABI 2.4; NULL on drivers without it. cuTensorMapEncodeTiled:
+     * a tensor map (128 bytes, 64-byte aligned) for bulk tensor copies
+     * (sm_90); the enums as ints (CUtensorMapDataType, ...Interleave,
+     * ...Swizzle, ...L2promotion, ...FloatOOBfill). */
+    loom_cu_result(LOOM_CUDA_API *tensorMapEncodeTiled)(
+        void *map, int dtype, uint32_t rank, void *address,
+        const uint64_t *dims, const uint64_t *strides, const uint32_t *box,
+        const uint32_t *element_strides, int interleave, int swizzle,
+        int l2_promotion, int oob_fill);
 } loom_cuda;
 
 #ifdef __cplusplus

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 2
-#define LOOM_ABI_MINOR 3
+#define LOOM_ABI_MINOR 4
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
@@ -537,6 +537,10 @@ typedef struct loom_model_options {
     int64_t max_context; /* 0: the model's own limit */
     int32_t max_rows;    /* most rows one forward will be given; 0: 512 */
     int32_t max_streams; /* caches alive at once, for pools; 0: unbounded */
+    /* Since 2.4: 1 when no round will carry a speculative window (no
+     * drafter), so that with max_streams 1 every round is one stream's
+     * prompt rows or its one-row step; 0: windows may come. */
+    int32_t no_windows;
 } loom_model_options;
 
 #define LOOM_MAX_EOS 8

@@ -1,0 +1,480 @@
+// Decode products on tensor cores, y[t] = W x[t] for BF16 weights and any
+// number of rows, each weight read once per launch tile of 4 to 32 rows.
+// Each activation is split into two BF16 halves, x = hi + lo (q35_split,
+// or the one-row kernel itself), and a 16-row MMA tile holds hi of 8 rows
+// above lo of the same 8, so the products are those of a float32 x to
+// about 2^-17 relative. A cluster of S blocks shares a group of 64 weight
+// rows, block s taking the s-th run of 128-column slices; the weights
+// arrive in a ring of bulk tensor copies (sm_90) from a producer warp, and
+// the cluster adds its S partial sums through distributed shared memory in
+// rank order.
+//
+// Rounding and order: a row's result is sum_s (H_s + L_s), H_s and L_s each
+// one float32 accumulator carried through block s's columns in order, 16 at
+// a time, by the MMA (whose result for a tile row depends on that row
+// alone), then added, then the S parts added in rank order. S comes from
+// the weight's columns alone, and no kernel here orders a row's sum any
+// other way, so a row gets the same bits whatever shares its launch and
+// whichever of these kernels runs it.
+#include "bulk.cuh"
+#include "common.cuh"
+
+#include <cuda_bf16.h>
+
+// The cluster: its size, this block's rank, and a float at the same place
+// in another block's shared memory.
+__device__ __forceinline__ unsigned q35_cluster_size()
+{
+    unsigned n;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    return n;
+}
+__device__ __forceinline__ unsigned q35_cluster_rank()
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ float q35_dsmem_ld(const float *p, unsigned rank)
+{
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p), r;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(r)
+                 : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];"
+                 : "=f"(v)
+                 : "r"(r)
+                 : "memory");
+    return v;
+}
+// Every thread of every block of the cluster arrives, then waits: writes to
+// shared memory before it are visible to the cluster after it.
+__device__ __forceinline__ void q35_cluster_arrive()
+{
+    asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+}
+__device__ __forceinline__ void q35_cluster_wait()
+{
+    asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// A box of a 2-D tensor map at columns c, rows r into dst (1024-aligned
+// for the 128-byte swizzle), counted on bar.
+__device__ __forceinline__ void q35_tma2d(void *dst, const q35_tmap *map, int c,
+                                          int r, uint64_t *bar)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile."
+        "mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+            q35_smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(r),
+        "r"(q35_smem_addr(bar))
+        : "memory");
+}
+
+__device__ __forceinline__ void q35_ldsm4(uint32_t addr, uint32_t *r)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, "
+                 "[%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void q35_mma(float *d, const uint32_t *a,
+                                        uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                   "r"(b1));
+}
+
+// r = 1 / sqrtf(ss / cols + eps) of row xr for threads tid = 0..255: ss per
+// thread over columns tid, tid + 256, ... (loaded 8 at a time, summed in
+// column order), the warp butterfly, then the 8 warps in order; sync is the
+// 256 threads' barrier, red 8 floats of shared memory.
+template <typename Sync>
+__device__ __forceinline__ float q35_split_rs(const float *xr, int cols,
+                                              float eps, int tid, float *red,
+                                              Sync sync)
+{
+    float ss = 0.0f;
+    int i = tid;
+    for (; i + 7 * 256 < cols; i += 8 * 256) {
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            v[u] = xr[i + u * 256];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            ss = fmaf(v[u], v[u], ss);
+    }
+    for (; i < cols; i += 256)
+        ss = fmaf(xr[i], xr[i], ss);
+    ss = q35_warp_sum(ss);
+    if ((tid & 31) == 0)
+        red[tid >> 5] = ss;
+    sync();
+    float s = (tid & 31) < 8 ? red[tid & 31] : 0.0f;
+    s = q35_warp_sum(s);
+    return 1.0f / sqrtf(s / (float)cols + eps);
+}
+
+// Column i of row t's x' = v as its halves, at their places in the split
+// layout of T rows.
+__device__ __forceinline__ void q35_split_put(uint16_t *xs, int T, int t, int i,
+                                              float v)
+{
+    __nv_bfloat16 h = __float2bfloat16_rn(v);
+    __nv_bfloat16 l = __float2bfloat16_rn(__fsub_rn(v, __bfloat162float(h)));
+    int blk = i / 64, j = i % 64;
+    for (int e = 0; e < 2; e++) {
+        int row = 2 * t + e;
+        int col = (((j >> 3) ^ (row & 7)) << 3) | (j & 7);
+        xs[((int64_t)blk * 2 * T + row) * 64 + col] =
+            __bfloat16_as_ushort(e ? l : h);
+    }
+}
+
+// Row t of T rows of x (cols floats, normed first with nw: r = 1 /
+// sqrtf(ss / cols + eps), ss per thread over columns tid, tid + 256, ...,
+// the warp butterfly, then the 8 warps in order; x' = (x r) nw rounded per
+// multiply) as two BF16 rows hi = bf16(x'), lo = bf16(x' - hi), laid out
+// as the product's stages read them: for each 64-column block h, the 2T
+// rows (row 2t + 1 is t's lo) of 128 bytes at xs + 2T 64 h, each swizzled
+// as a tensor copy would (piece p of row r at p ^ (r % 8)); the columns
+// past cols up to the 128-column slice's end are zeros. Blocks of 256
+// threads, Q35_SPLIT_COLS columns each (every block of a normed row sums
+// the whole row, in the same order).
+extern "C" __global__ void __launch_bounds__(256)
+    q35_split(const float *x, int ldx, uint16_t *xs, int cols, int T,
+              const float *nw, float eps)
+{
+    __shared__ float red[8];
+    Q35_PDL_ENTER();
+    int t = blockIdx.y, tid = threadIdx.x;
+    const float *xr = x + (int64_t)t * ldx;
+    float r =
+        nw ? q35_split_rs(xr, cols, eps, tid, red, []() { __syncthreads(); })
+           : 1.0f;
+    int padded = (cols + Q35_MMA_KC - 1) / Q35_MMA_KC * Q35_MMA_KC;
+    int end = min(padded, (int)(blockIdx.x + 1) * Q35_SPLIT_COLS);
+#pragma unroll 4
+    for (int i = blockIdx.x * Q35_SPLIT_COLS + tid; i < end; i += 256) {
+        float v = 0.0f;
+        if (i < cols)
+            v = nw ? __fmul_rn(__fmul_rn(xr[i], r), nw[i]) : xr[i];
+        q35_split_put(xs, T, t, i, v);
+    }
+}
+
+// Block of 288 threads: warps 0..7 consume, warp 8 produces. The cluster
+// takes an equal run of output rows in units (16 rows; SwiGLU: 8 rows of
+// each weight), in groups of RS / 16 units: a stage holds a group's RS
+// weight rows (SwiGLU: RS / 2 of w, then the same of w2) by KS = 16384 /
+// RS columns of the block's run, only the boxes holding live rows and
+// columns loaded, then those columns of the tile's rows as hi / lo
+// (gpu_kernels.h has the layout). Consumer warp w takes stage rows 8 NT w
+// .. 8 NT w + 8 NT - 1, NT = RS / 64 tiles of 8 (SwiGLU with NT = 2: rows
+// 8w .. 8w + 7 of each weight). At a group's end each block leaves its
+// partial sums [8 MT][RS] in shared memory (two buffers: the next group's
+// are written while the cluster reads these), and block s of the cluster
+// finishes the s-th run of the group's rows: the S partials in rank order,
+// then y = v, y += v (mode 1), or y = silu(v) * v2 (SwiGLU).
+template <int TOK, bool GLU, int RS, bool RES>
+__device__ __forceinline__ void
+q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
+             float *y, int ldy, int rows, int cols, int T, int mode, int ns,
+             const float *x, int ldx, const float *nw, float eps)
+{
+    constexpr int NTOK = TOK;                 // rows of a launch tile
+    constexpr int MT = TOK < 8 ? 1 : TOK / 8; // its MMA tiles
+    constexpr int KS = 16384 / RS;            // columns of a stage
+    constexpr int NQ = KS / 64;               // its 64-column blocks
+    constexpr int NT = RS / 64;               // 8-row tiles per warp
+    constexpr int UNIT = GLU ? 8 : 16;
+    constexpr int OROWS = GLU ? RS / 2 : RS; // output rows of a group
+    constexpr int WQ = RS * 128;             // bytes of a block's weights
+    constexpr int AQ = 2 * TOK * 128;        // ... and of its activations
+    constexpr int BOXB = Q35_MMA_BOX * 128;
+    constexpr int NBOX = RS / Q35_MMA_BOX;
+    const int sbytes = NQ * (WQ + (RES ? 0 : AQ));
+    extern __shared__ __align__(1024) unsigned char q35_mdyn[];
+    // the partial sums first (a multiple of 1024 bytes), then the ring,
+    // which the swizzle needs on a 1024-byte boundary: the dynamic memory
+    // starts on one, after the static barriers' 1024 bytes
+    if (q35_smem_addr(q35_mdyn) & 1023u)
+        __trap();
+    float *part = reinterpret_cast<float *>(q35_mdyn);
+    unsigned char *ring = q35_mdyn + 2 * NTOK * RS * 4;
+    __shared__ __align__(8) uint64_t full[Q35_MMA_NS], empty[Q35_MMA_NS];
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    unsigned S = q35_cluster_size(), rank = q35_cluster_rank();
+    int C = (int)(gridDim.x / S), cl = (int)(blockIdx.x / S);
+    int nun = (rows + UNIT - 1) / UNIT;
+    int ua = (int)((int64_t)nun * cl / C);
+    int ub = (int)((int64_t)nun * (cl + 1) / C);
+    int oa = ua * UNIT, ob = min(ub * UNIT, rows);
+    int ng = (ub - ua + RS / 16 - 1) / (RS / 16);
+    // the block's columns: a run of 128-column slices (the same for every
+    // RS), in stages of KS
+    int nsl = (cols + Q35_MMA_KC - 1) / Q35_MMA_KC;
+    int ca = (int)((int64_t)nsl * rank / S) * Q35_MMA_KC;
+    int cb = min((int)((int64_t)nsl * (rank + 1) / S) * Q35_MMA_KC, cols);
+    int nk = (cb - ca + KS - 1) / KS;
+    int nu = ng * nk;
+    int t0 = blockIdx.y * NTOK, nt = min(NTOK, T - t0);
+    // RES (one row): the block's columns of the row's halves, made here
+    unsigned char *resa = ring + (int64_t)ns * sbytes;
+    q35_pdl_allow();
+    q35_ring_init(full, empty, ns, 8);
+    if (warp == 8) {
+        if (lane != 0) {
+            // the cluster's barriers count every thread
+            for (int g = 0; g <= ng; g++) {
+                q35_cluster_arrive();
+                q35_cluster_wait();
+            }
+            return;
+        }
+        // unit i: group i / nk, columns ca + KS (i % nk), into stage i % ns
+        auto weights = [&](int i) {
+            int st = i % ns;
+            int o0 = oa + (i / nk) * OROWS, on = min(OROWS, ob - o0);
+            int c0 = ca + (i % nk) * KS, nq = min(NQ, (cb - c0 + 63) / 64);
+            unsigned char *sg = ring + (int64_t)st * sbytes;
+            if (i >= ns)
+                q35_bar_wait(&empty[st], (uint32_t)(i / ns - 1) & 1u);
+            int live = 0;
+#pragma unroll
+            for (int b = 0; b < NBOX; b++) {
+                int rb = GLU ? (b % (NBOX / 2)) * Q35_MMA_BOX : b * Q35_MMA_BOX;
+                live += rb < on;
+            }
+            q35_bar_expect(
+                &full[st],
+                (uint32_t)(nq * (live * BOXB + (RES ? 0 : 2 * nt * 128))));
+#pragma unroll
+            for (int b = 0; b < NBOX; b++) {
+                int rb = GLU ? (b % (NBOX / 2)) * Q35_MMA_BOX : b * Q35_MMA_BOX;
+                const q35_tmap *m = GLU && b >= NBOX / 2 ? w2m : wm;
+                if (rb < on)
+                    for (int q = 0; q < nq; q++)
+                        q35_tma2d(sg + q * WQ + b * BOXB, m, c0 + 64 * q,
+                                  o0 + rb, &full[st]);
+            }
+        };
+        int pending = 0;
+        auto acts = [&](int i) {
+            int st = i % ns;
+            int c0 = ca + (i % nk) * KS, nq = min(NQ, (cb - c0 + 63) / 64);
+            unsigned char *a = ring + (int64_t)st * sbytes + NQ * WQ;
+            for (int q = 0; q < (RES ? 0 : nq); q++)
+                q35_bulk_load(a + q * AQ,
+                              xs + ((int64_t)(c0 / 64 + q) * 2 * T + 2 * t0) *
+                                       64,
+                              (uint32_t)(2 * nt * 128), &full[st]);
+            // the cluster's barrier for a group, once all its stages are
+            // on their way (the barrier before is waited for first)
+            if (i % nk == nk - 1) {
+                if (pending)
+                    q35_cluster_wait();
+                q35_cluster_arrive();
+                pending = 1;
+            }
+        };
+        // the first stages' weights (never written by a forward) before
+        // the wait for the kernel before, which writes the activations
+        asm volatile(
+            "prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(wm))
+            : "memory");
+        if (GLU)
+            asm volatile("prefetch.tensormap [%0];" ::"l"(
+                             reinterpret_cast<uint64_t>(w2m))
+                         : "memory");
+        int pre = min(ns, nu);
+        for (int i = 0; i < pre; i++)
+            weights(i);
+        q35_pdl_wait();
+        for (int i = 0; i < pre; i++)
+            acts(i);
+        for (int i = pre; i < nu; i++) {
+            weights(i);
+            acts(i);
+        }
+        if (pending)
+            q35_cluster_wait();
+        q35_cluster_arrive();
+        q35_cluster_wait();
+        return;
+    }
+    q35_pdl_wait();
+    if (RES) {
+        // q35_split's arithmetic for the one row, into its layout for T = 1
+        __shared__ float red[8];
+        float r =
+            nw ? q35_split_rs(x, cols, eps, tid, red,
+                              []() {
+                                  asm volatile("bar.sync 1, 256;" ::: "memory");
+                              })
+               : 1.0f;
+        int cpad = (cb - ca + Q35_MMA_KC - 1) / Q35_MMA_KC * Q35_MMA_KC;
+        uint16_t *ra = reinterpret_cast<uint16_t *>(resa);
+        for (int i = tid; i < cpad; i += 256) {
+            int c = ca + i;
+            float v = 0.0f;
+            if (c < cols)
+                v = nw ? __fmul_rn(__fmul_rn(x[c], r), nw[c]) : x[c];
+            q35_split_put(ra, 1, 0, i, v);
+        }
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+    }
+    // this warp's 8-row tiles, as stage rows
+    int jr[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+        jr[j] = GLU && NT == 2 ? j * (RS / 2) + 8 * warp : 8 * (NT * warp + j);
+    int mi = lane >> 3, r8 = lane & 7;
+    // this lane's ldmatrix rows: weights (NT = 2: two tiles, one step;
+    // NT = 1: one tile, two steps), activations (hi rows even, lo odd)
+    int jw = NT == 2 && (mi >> 1) ? jr[NT - 1] : jr[0];
+    uint32_t wrow = (uint32_t)(jw + r8) * 128;
+    // (a tile of 4 rows: the MMA's rows 4..7 repeat 0..3)
+    int arow = 2 * (TOK < 8 ? r8 & 3 : r8) + (mi & 1), ax = arow & 7;
+    float acc[MT][NT][4];
+    auto run = [&](uint32_t sb, int steps, int c0) {
+#pragma unroll
+        for (int s = 0; s < KS / 16; s += 2) {
+            if (s >= steps)
+                break;
+            // two steps s, s + 1 (s even, so one 64-column block)
+            uint32_t wb = sb + (s >> 2) * WQ + wrow;
+            uint32_t ab = RES ? q35_smem_addr(resa) +
+                                    ((c0 - ca) / 64 + (s >> 2)) * 256 +
+                                    arow * 128
+                              : sb + NQ * WQ + (s >> 2) * AQ + arow * 128;
+            uint32_t b[2][4];
+            if (NT == 2) {
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    int p = ((s + u) & 3) * 2 + (mi & 1);
+                    q35_ldsm4(wb + ((p ^ r8) << 4), b[u]);
+                }
+            } else {
+                // matrices: step s low, high, step s + 1 low, high
+                int p = (s & 3) * 2 + mi;
+                uint32_t r4[4];
+                q35_ldsm4(wb + ((p ^ r8) << 4), r4);
+                b[0][0] = r4[0], b[0][1] = r4[1];
+                b[1][0] = r4[2], b[1][1] = r4[3];
+            }
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                if (s + u >= steps)
+                    break;
+                int pa = ((s + u) & 3) * 2 + (mi >> 1);
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    uint32_t a[4];
+                    q35_ldsm4(ab + m * 16 * 128 + ((pa ^ ax) << 4), a);
+                    q35_mma(acc[m][0], a, b[u][0], b[u][1]);
+                    if (NT == 2)
+                        q35_mma(acc[m][NT - 1], a, b[u][2], b[u][3]);
+                }
+            }
+        }
+    };
+    for (int i = 0; i < nu; i++) {
+        int st = i % ns, g = i / nk, kk = i % nk;
+        if (kk == 0) {
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        acc[m][j][e] = 0.0f;
+        }
+        int c0 = ca + kk * KS;
+        int steps = min(KS, cb - c0) / 16;
+        uint32_t sb = q35_smem_addr(ring + (int64_t)st * sbytes);
+        q35_bar_wait(&full[st], (uint32_t)(i / ns) & 1u);
+        run(sb, steps, c0);
+        __syncwarp();
+        if (lane == 0)
+            q35_bar_arrive(&empty[st]);
+        if (kk < nk - 1)
+            continue;
+        // the group's end: this block's partial sums, hi + lo
+        float *pb = part + (g & 1) * NTOK * RS;
+        int q = lane & 3, gr = lane >> 2;
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                float *pr = pb + (m * 8 + gr) * RS + jr[j] + 2 * q;
+                if (m * 8 + gr < NTOK) {
+                    pr[0] = __fadd_rn(acc[m][j][0], acc[m][j][2]);
+                    pr[1] = __fadd_rn(acc[m][j][1], acc[m][j][3]);
+                }
+            }
+        q35_cluster_arrive();
+        q35_cluster_wait();
+        int o0 = oa + g * OROWS, on = min(OROWS, ob - o0);
+        int ra = (int)((int64_t)on * rank / S);
+        int mine = (int)((int64_t)on * (rank + 1) / S) - ra;
+        for (int l = tid; l < mine * nt; l += 256) {
+            int tk = l / mine, r = ra + l % mine;
+            const float *pp = pb + tk * RS + r;
+            float v = q35_dsmem_ld(pp, 0u);
+            for (unsigned c = 1; c < S; c++)
+                v = __fadd_rn(v, q35_dsmem_ld(pp, c));
+            float *o = y + (int64_t)(t0 + tk) * ldy + o0 + r;
+            if (GLU) {
+                float v2 = q35_dsmem_ld(pp + RS / 2, 0u);
+                for (unsigned c = 1; c < S; c++)
+                    v2 = __fadd_rn(v2, q35_dsmem_ld(pp + RS / 2, c));
+                *o = __fmul_rn(q35_silu(v), v2);
+            } else if (mode == 1) {
+                *o = __fadd_rn(*o, v);
+            } else {
+                *o = v;
+            }
+        }
+    }
+    // no block leaves while another may read its partial sums
+    q35_cluster_arrive();
+    q35_cluster_wait();
+}
+
+// Bulk copies, clusters and their barriers are sm_90's; the host launches
+// these kernels only there, and older targets compile them empty.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define Q35_MMA_SM90(...)
+#else
+#define Q35_MMA_SM90(...) __VA_ARGS__
+#endif
+
+#define Q35_MMA(name, TOK, GLU, RES)                                           \
+    extern "C" __global__ void __launch_bounds__(288)                          \
+        name(const __grid_constant__ q35_tmap wm,                              \
+             const __grid_constant__ q35_tmap w2m, const uint16_t *xs,         \
+             float *y, int ldy, int rows, int cols, int T, int mode, int ns,   \
+             const float *x, int ldx, const float *nw, float eps)              \
+    {                                                                          \
+        Q35_MMA_SM90(q35_mma_body<TOK, GLU, Q35_MMA_RS, RES>(                  \
+            &wm, &w2m, xs, y, ldy, rows, cols, T, mode, ns, x, ldx, nw, eps)); \
+    }
+
+Q35_MMA(q35_mma1r, 4, false, true)
+Q35_MMA(q35_mma4, 4, false, false)
+Q35_MMA(q35_mma8, 8, false, false)
+Q35_MMA(q35_mma16, 16, false, false)
+Q35_MMA(q35_mma32, 32, false, false)
+Q35_MMA(q35_mma1r_glu, 4, true, true)
+Q35_MMA(q35_mma4_glu, 4, true, false)
+Q35_MMA(q35_mma8_glu, 8, true, false)
+Q35_MMA(q35_mma16_glu, 16, true, false)
+Q35_MMA(q35_mma32_glu, 32, true, false)
