@@ -92,9 +92,10 @@ static const void *mmar_fn[2] = {(const void *)q35_mma1r,
                                  (const void *)q35_mma1r_glu};
 static const void *mma_fn[2][Q35_MMA_TILES] = {
     {(const void *)q35_mma4, (const void *)q35_mma8, (const void *)q35_mma16,
-     (const void *)q35_mma32},
+     (const void *)q35_mma32, (const void *)q35_mma32w},
     {(const void *)q35_mma4_glu, (const void *)q35_mma8_glu,
-     (const void *)q35_mma16_glu, (const void *)q35_mma32_glu}};
+     (const void *)q35_mma16_glu, (const void *)q35_mma32_glu,
+     (const void *)q35_mma32w_glu}};
 
 typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t,
                               void *, const cuuint64_t *, const cuuint64_t *,
@@ -138,7 +139,7 @@ static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
     if (T == 1 && !getenv("NORES")) {
         int nsl = (cols + Q35_MMA_KC - 1) / Q35_MMA_KC;
         int run = (nsl + S - 1) / S * Q35_MMA_KC;
-        long fixed = (long)q35_mma_smem(4, 0) + q35_mma_resa(run);
+        long fixed = (long)q35_mma_smem(0, 0) + q35_mma_resa(run);
         long cap = r ? Q35_MMA_HALF_SM : optin;
         long ns = (cap - 1024 - fixed) / (Q35_MMA_RS * 256 * 2);
         if (ns > Q35_MMA_NS)
@@ -162,7 +163,9 @@ static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
         launch((const void *)q35_split,
                dim3((cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T), dim3(256),
                0, sa, st, 0);
-    int k = T <= 4 ? 0 : T <= 8 ? 1 : T <= 16 ? 2 : 3, tok = q35_mma_tok(k);
+    /* 32 rows of many weight rows: stages of 128 rows (kind 4) */
+    int k = T <= 4 ? 0 : T <= 8 ? 1 : T <= 16 ? 2 : r ? 4 : 3;
+    int tok = q35_mma_tok(k);
     long C = clusters[r][glu][k][c];
     if (C > units)
         C = units;
@@ -170,7 +173,7 @@ static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
     void *a[] = {&wm, &w2m,  &xs, &y, &ldy, &rows, &cols,
                  &T,  &mode, &ns, &x, &ldx, &nw,   &eps};
     launch(mma_fn[glu][k], dim3((unsigned)(C * S), (T + tok - 1) / tok),
-           dim3(288), q35_mma_smem(tok, ns), a, st, S);
+           dim3(288), q35_mma_smem(k, ns), a, st, S);
 }
 
 static const void *gs[2][4] = {
@@ -221,7 +224,7 @@ int main()
                                cudaEnableDefault, &qr));
     for (int k = 0; k < Q35_MMA_TILES; k++) {
         int tok = q35_mma_tok(k);
-        unsigned part = q35_mma_smem(tok, 0) + 1024, stage = q35_mma_stage(tok);
+        unsigned part = q35_mma_smem(k, 0) + 1024, stage = q35_mma_stage(k);
         ns_of[0][k] = (int)((optin - part) / stage);
         if (ns_of[0][k] > Q35_MMA_NS)
             ns_of[0][k] = Q35_MMA_NS;
@@ -231,13 +234,13 @@ int main()
         for (int u = 0; u < 2; u++) {
             CK(cudaFuncSetAttribute(mma_fn[u][k],
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)q35_mma_smem(tok, ns_of[0][k])));
+                                    (int)q35_mma_smem(k, ns_of[0][k])));
             for (int r = 0; r < 2; r++)
                 for (int c = 0; c < 3; c++) {
                     cudaLaunchConfig_t lc = {};
                     lc.gridDim = dim3(1u << c);
                     lc.blockDim = dim3(288);
-                    lc.dynamicSmemBytes = q35_mma_smem(tok, ns_of[r][k]);
+                    lc.dynamicSmemBytes = q35_mma_smem(k, ns_of[r][k]);
                     cudaLaunchAttribute at;
                     at.id = cudaLaunchAttributeClusterDimension;
                     at.val.clusterDim.x = 1u << c;
@@ -271,9 +274,18 @@ int main()
     struct Small {
         int rows, cols;
         bool glu;
-    } sm[] = {{1000, 1024, false}, {333, 528, true},  {5, 64, true},
-              {40, 8192, false},   {300, 4096, true}, {129, 2064, false},
-              {64, 96, false},     {160, 224, true}};
+    } sm[] = {{1000, 1024, false},
+              {333, 528, true},
+              {5, 64, true},
+              {40, 8192, false},
+              {300, 4096, true},
+              {129, 2064, false},
+              {64, 96, false},
+              {160, 224, true},
+              // past Q35_MMA_ROWS2 weight rows: two blocks per SM, and
+              // 32-row tiles in stages of 128 rows
+              {8200, 256, false},
+              {4100, 512, true}};
     int fails = 0;
     for (const Small &s : sm)
         for (int usenw = 0; usenw < 2; usenw++) {

@@ -101,8 +101,8 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     for (int u = 0; u < 2; u++)
         for (int k = 0; k < Q35_MMA_TILES; k++) {
             t[n].f = &F->mma[u][k];
-            snprintf(t[n++].name, 32, "q35_mma%d%s", q35_mma_tok(k),
-                     u ? "_glu" : "");
+            snprintf(t[n++].name, 32, "q35_mma%d%s%s", q35_mma_tok(k),
+                     k == 4 ? "w" : "", u ? "_glu" : "");
         }
     for (int u = 0; u < 2; u++) {
         t[n].f = &F->mmar[u];
@@ -606,13 +606,12 @@ static void q35_gpu_mma_open(q35_gpu *g)
              cu->occupancyMaxActiveClusters != NULL &&
              cu->tensorMapEncodeTiled != NULL;
     for (int k = 0; k < Q35_MMA_TILES && g->mma; k++) {
-        int tok = q35_mma_tok(k);
         /* two rings: one block per SM with a deep ring (0), and two blocks
          * per SM (a block's bulk copies are served one after another, so
          * two stream faster on products with many rows) when two stages
          * each fit (1; else the first again); the kernel's static barriers
          * take up to 1024 bytes more */
-        uint64_t part = q35_mma_smem(tok, 0) + 1024, stage = q35_mma_stage(tok);
+        uint64_t part = q35_mma_smem(k, 0) + 1024, stage = q35_mma_stage(k);
         int ns = cu->smem_per_block_optin > part
                      ? (int)((cu->smem_per_block_optin - part) / stage)
                      : 0;
@@ -624,10 +623,10 @@ static void q35_gpu_mma_open(q35_gpu *g)
         for (int u = 0; u < 2 && g->mma; u++) {
             g->mma = cu->funcSetAttribute(
                          g->fn.mma[u][k], 8,
-                         (int)q35_mma_smem(tok, g->mma_ns[0][k])) == 0;
+                         (int)q35_mma_smem(k, g->mma_ns[0][k])) == 0;
             for (int r = 0; r < 2 && g->mma; r++)
                 for (int c = 0; c < 3 && g->mma; c++) {
-                    unsigned smem = q35_mma_smem(tok, g->mma_ns[r][k]);
+                    unsigned smem = q35_mma_smem(k, g->mma_ns[r][k]);
                     loom_cu_launch_attr at;
                     memset(&at, 0, sizeof at);
                     at.id = LOOM_CU_LAUNCH_ATTR_CLUSTER_DIMENSION;

@@ -87,7 +87,7 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
          * launch less on the step's path), when 2 stages fit beside them */
         int nsl = (cols + Q35_MMA_KC - 1) / Q35_MMA_KC;
         int run = (nsl + S - 1) / S * Q35_MMA_KC;
-        int64_t fixed = (int64_t)q35_mma_smem(4, 0) + q35_mma_resa(run);
+        int64_t fixed = (int64_t)q35_mma_smem(0, 0) + q35_mma_resa(run);
         int64_t cap =
             r ? Q35_MMA_HALF_SM : (int64_t)g->cu->smem_per_block_optin;
         int64_t ns = (cap - 1024 - fixed) / (Q35_MMA_RS * 256 * 2);
@@ -108,7 +108,9 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
     }
     Q35_LAUNCH(split, (cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T, 256, 0,
                &x, &ldx, &xs, &cols, &T, &nw, &eps);
-    int k = T <= 4 ? 0 : T <= 8 ? 1 : T <= 16 ? 2 : 3, tok = q35_mma_tok(k);
+    /* 32 rows of many weight rows: stages of 128 rows (kind 4) */
+    int k = T <= 4 ? 0 : T <= 8 ? 1 : T <= 16 ? 2 : r ? 4 : 3;
+    int tok = q35_mma_tok(k);
     int64_t C = g->mma_clusters[r][glu][k][c];
     if (C > units)
         C = units;
@@ -117,7 +119,7 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
                     &T, &mode, &ns, &x, &ldx, &nw,   &eps};
     return q35_gpu_launch_cluster(g, g->fn.mma[glu][k], (unsigned)(C * S),
                                   (unsigned)((T + tok - 1) / tok), 288,
-                                  q35_mma_smem(tok, ns), (unsigned)S, args,
+                                  q35_mma_smem(k, ns), (unsigned)S, args,
                                   "q35_mma", R->err);
 }
 

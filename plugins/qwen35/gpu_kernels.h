@@ -59,9 +59,9 @@ static inline int q35_gemvs_stages(int cols)
 }
 
 /* The tensor-core decode product (cuda/gemv_mma.cu): a block's columns
- * are a run of Q35_MMA_KC-column slices; a ring stage holds Q35_MMA_RS
- * weight rows by 256 columns, as 64-column blocks of Q35_MMA_RS rows of 128
- * bytes laid out by the bulk tensor copy's 128-byte swizzle (16-byte piece
+ * are a run of Q35_MMA_KC-column slices; a ring stage holds rs weight
+ * rows (q35_mma_rs) by 16384 / rs columns, as 64-column blocks of rs rows of
+ * 128 bytes laid out by the bulk tensor copy's 128-byte swizzle (16-byte piece
  * p of row r at piece p ^ (r % 8)), weights in boxes of 64 columns by
  * Q35_MMA_BOX rows; then the same blocks of the launch tile's rows, two
  * (hi, lo) per row. Tiles of 4, 8, 16 or 32 rows (Q35_MMA_TILES kinds), at
@@ -70,7 +70,7 @@ static inline int q35_gemvs_stages(int cols)
 #define Q35_MMA_RS    64
 #define Q35_MMA_BOX   32
 #define Q35_MMA_NS    4
-#define Q35_MMA_TILES 4
+#define Q35_MMA_TILES 5
 /* The most shared memory a block may take for two to fit on an SM (228
  * KiB, less 1 KiB the driver keeps per block). */
 #define Q35_MMA_HALF_SM (113 * 1024)
@@ -104,23 +104,35 @@ static inline int q35_mma_splits(int cols)
     return (cols + Q35_MMA_KC - 1) / Q35_MMA_KC >= 16 ? 2 : 1;
 }
 
-/* Rows of a launch tile of kind k. */
+/* Rows of a launch tile of kind k: 4, 8, 16, 32, and 32 again with
+ * stages of 128 weight rows (kind 4, for products of Q35_MMA_ROWS2 rows or
+ * more: each warp's two 8-row tiles share its activation loads, which at
+ * 32 rows are as many bytes as the weights). */
 static inline int q35_mma_tok(int k)
 {
-    return 4 << k;
+    return k < 4 ? 4 << k : 32;
 }
 
-/* Bytes of a ring stage for tiles of tok rows. */
-static inline unsigned q35_mma_stage(int tok)
+/* Weight rows of a stage of kind k. */
+static inline int q35_mma_rs(int k)
 {
-    return (unsigned)(Q35_MMA_RS * 256 * 2 + 256 / 64 * 2 * tok * 128);
+    return k == 4 ? 128 : Q35_MMA_RS;
 }
 
-/* Dynamic shared memory of a block with ns stages: two buffers of partial
- * sums, then the ring. */
-static inline unsigned q35_mma_smem(int tok, int ns)
+/* Bytes of a ring stage of kind k: 32 KiB of weights, then the tile's rows
+ * for the stage's 16384 / rs columns. */
+static inline unsigned q35_mma_stage(int k)
 {
-    return (unsigned)(2 * tok * Q35_MMA_RS * 4 + ns * q35_mma_stage(tok));
+    return (unsigned)(32768 +
+                      16384 / q35_mma_rs(k) / 64 * 2 * q35_mma_tok(k) * 128);
+}
+
+/* Dynamic shared memory of a block of kind k with ns stages: two buffers
+ * of partial sums, then the ring. */
+static inline unsigned q35_mma_smem(int k, int ns)
+{
+    return (unsigned)(2 * q35_mma_tok(k) * q35_mma_rs(k) * 4 +
+                      ns * q35_mma_stage(k));
 }
 
 /* The chunk attention (q35_attn_chunk): query rows per warp, per block of

@@ -457,24 +457,26 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
 #define Q35_MMA_SM90(...) __VA_ARGS__
 #endif
 
-#define Q35_MMA(name, TOK, GLU, RES)                                           \
+#define Q35_MMA(name, TOK, GLU, RS, RES)                                       \
     extern "C" __global__ void __launch_bounds__(288)                          \
         name(const __grid_constant__ q35_tmap wm,                              \
              const __grid_constant__ q35_tmap w2m, const uint16_t *xs,         \
              float *y, int ldy, int rows, int cols, int T, int mode, int ns,   \
              const float *x, int ldx, const float *nw, float eps)              \
     {                                                                          \
-        Q35_MMA_SM90(q35_mma_body<TOK, GLU, Q35_MMA_RS, RES>(                  \
+        Q35_MMA_SM90(q35_mma_body<TOK, GLU, RS, RES>(                          \
             &wm, &w2m, xs, y, ldy, rows, cols, T, mode, ns, x, ldx, nw, eps)); \
     }
 
-Q35_MMA(q35_mma1r, 4, false, true)
-Q35_MMA(q35_mma4, 4, false, false)
-Q35_MMA(q35_mma8, 8, false, false)
-Q35_MMA(q35_mma16, 16, false, false)
-Q35_MMA(q35_mma32, 32, false, false)
-Q35_MMA(q35_mma1r_glu, 4, true, true)
-Q35_MMA(q35_mma4_glu, 4, true, false)
-Q35_MMA(q35_mma8_glu, 8, true, false)
-Q35_MMA(q35_mma16_glu, 16, true, false)
-Q35_MMA(q35_mma32_glu, 32, true, false)
+Q35_MMA(q35_mma1r, 4, false, 64, true)
+Q35_MMA(q35_mma4, 4, false, 64, false)
+Q35_MMA(q35_mma8, 8, false, 64, false)
+Q35_MMA(q35_mma16, 16, false, 64, false)
+Q35_MMA(q35_mma32, 32, false, 64, false)
+Q35_MMA(q35_mma32w, 32, false, 128, false)
+Q35_MMA(q35_mma1r_glu, 4, true, 64, true)
+Q35_MMA(q35_mma4_glu, 4, true, 64, false)
+Q35_MMA(q35_mma8_glu, 8, true, 64, false)
+Q35_MMA(q35_mma16_glu, 16, true, 64, false)
+Q35_MMA(q35_mma32_glu, 32, true, 64, false)
+Q35_MMA(q35_mma32w_glu, 32, true, 128, false)
