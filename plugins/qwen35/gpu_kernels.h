@@ -64,8 +64,8 @@ static inline int q35_gemvs_stages(int cols)
  * 128 bytes laid out by the bulk tensor copy's 128-byte swizzle (16-byte piece
  * p of row r at piece p ^ (r % 8)), weights in boxes of 64 columns by
  * Q35_MMA_BOX rows; then the same blocks of the launch tile's rows, two
- * (hi, lo) per row. Tiles of 4, 8, 16 or 32 rows (Q35_MMA_TILES kinds), at
- * most Q35_MMA_NS stages. */
+ * (hi, lo) per row. Q35_MMA_TILES kinds of launch tile (q35_mma_tok,
+ * q35_mma_rs), at most Q35_MMA_NS stages. */
 #define Q35_MMA_KC    128
 #define Q35_MMA_RS    64
 #define Q35_MMA_BOX   32
