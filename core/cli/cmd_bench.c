@@ -27,7 +27,9 @@ static const char bench_usage[] =
     "                  (weight_bytes: what the family says one decode step "
     "reads,\n                  else the checkpoint's size)\n"
     "With --drafter each stream count runs plain, then speculative, and a "
-    "second\nline per run compares them.\n";
+    "second\nline per run compares them. One engine serves every count, "
+    "opened for the\nlargest: for one stream and no drafter a family may "
+    "keep kernels that are\nfaster for one row (qwen35 on a GPU does).\n";
 
 /* Filled by the callbacks, which run on the stepping thread. */
 typedef struct bench_state {
