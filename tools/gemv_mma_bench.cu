@@ -66,7 +66,7 @@ __global__ void fill(uint16_t *w, size_t n, uint32_t seed)
 
 static int nsm, optin;
 static int ns_of[2][Q35_MMA_TILES];
-static int clusters[2][2][Q35_MMA_TILES][3];
+static int clusters[2][2][Q35_MMA_TILES][2];
 
 static void launch(const void *f, dim3 g, dim3 b, size_t smem, void **args,
                    cudaStream_t s, int cluster)
@@ -133,28 +133,19 @@ static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
     float eps = 1e-6f;
     q35_tmap wm = map_of(w, rows, cols),
              w2m = glu ? map_of(w2, rows, cols) : wm;
-    int S = q35_mma_splits(cols), c = S == 1 ? 0 : S == 2 ? 1 : 2;
+    int S = q35_mma_splits(cols), c = S - 1;
     long unit = glu ? 8 : 16, units = (rows + unit - 1) / unit;
     int r = (long)rows * (glu ? 2 : 1) >= Q35_MMA_ROWS2;
-    if (T == 1 && !getenv("NORES")) {
-        int nsl = (cols + Q35_MMA_KC - 1) / Q35_MMA_KC;
-        int run = (nsl + S - 1) / S * Q35_MMA_KC;
-        long fixed = (long)q35_mma_smem(0, 0) + q35_mma_resa(run);
-        long cap = r ? Q35_MMA_HALF_SM : optin;
-        long ns = (cap - 1024 - fixed) / (Q35_MMA_RS * 256 * 2);
-        if (ns > Q35_MMA_NS)
-            ns = Q35_MMA_NS;
-        if (ns >= 2) {
-            long C = clusters[r][glu][0][c];
-            if (C > units)
-                C = units;
-            int nsi = (int)ns;
-            void *a[] = {&wm, &w2m,  &xs,  &y, &ldy, &rows, &cols,
-                         &T,  &mode, &nsi, &x, &ldx, &nw,   &eps};
-            launch(mmar_fn[glu], dim3((unsigned)(C * S), 1), dim3(288),
-                   fixed + ns * Q35_MMA_RS * 256 * 2, a, st, S);
-            return;
-        }
+    int run = q35_mma_run(cols), nsr = q35_mma1r_stages(run, r, optin);
+    if (T == 1 && nsr >= 2 && !getenv("NORES")) {
+        long C = clusters[r][glu][0][c];
+        if (C > units)
+            C = units;
+        void *a[] = {&wm, &w2m,  &xs,  &y, &ldy, &rows, &cols,
+                     &T,  &mode, &nsr, &x, &ldx, &nw,   &eps};
+        launch(mmar_fn[glu], dim3((unsigned)(C * S), 1), dim3(288),
+               q35_mma1r_smem(run, nsr), a, st, S);
+        return;
     }
     void *sa[] = {&x, &ldx, &xs, &cols, &T, &nw, &eps};
     // NOSPLIT=1: the product alone, on activations split before (what the
@@ -224,26 +215,21 @@ int main()
                                cudaEnableDefault, &qr));
     for (int k = 0; k < Q35_MMA_TILES; k++) {
         int tok = q35_mma_tok(k);
-        unsigned part = q35_mma_smem(k, 0) + 1024, stage = q35_mma_stage(k);
-        ns_of[0][k] = (int)((optin - part) / stage);
-        if (ns_of[0][k] > Q35_MMA_NS)
-            ns_of[0][k] = Q35_MMA_NS;
-        int ns2 = (int)((Q35_MMA_HALF_SM - part) / stage);
-        ns_of[1][k] =
-            ns2 >= 2 ? (ns2 > Q35_MMA_NS ? Q35_MMA_NS : ns2) : ns_of[0][k];
+        for (int r = 0; r < 2; r++)
+            ns_of[r][k] = q35_mma_ring_stages(k, r, optin);
         for (int u = 0; u < 2; u++) {
             CK(cudaFuncSetAttribute(mma_fn[u][k],
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)q35_mma_smem(k, ns_of[0][k])));
             for (int r = 0; r < 2; r++)
-                for (int c = 0; c < 3; c++) {
+                for (int c = 0; c < 2; c++) {
                     cudaLaunchConfig_t lc = {};
-                    lc.gridDim = dim3(1u << c);
+                    lc.gridDim = dim3(1u + c);
                     lc.blockDim = dim3(288);
                     lc.dynamicSmemBytes = q35_mma_smem(k, ns_of[r][k]);
                     cudaLaunchAttribute at;
                     at.id = cudaLaunchAttributeClusterDimension;
-                    at.val.clusterDim.x = 1u << c;
+                    at.val.clusterDim.x = 1u + c;
                     at.val.clusterDim.y = at.val.clusterDim.z = 1;
                     lc.attrs = &at;
                     lc.numAttrs = 1;
@@ -251,11 +237,11 @@ int main()
                                                       mma_fn[u][k], &lc));
                 }
         }
-        printf("tile %2d rows: %d / %d stages; clusters of 1/2/4: %d %d %d / "
-               "%d %d %d\n",
+        printf("tile %2d rows: %d / %d stages; clusters of 1/2: %d %d / "
+               "%d %d\n",
                tok, ns_of[0][k], ns_of[1][k], clusters[0][0][k][0],
-               clusters[0][0][k][1], clusters[0][0][k][2], clusters[1][0][k][0],
-               clusters[1][0][k][1], clusters[1][0][k][2]);
+               clusters[0][0][k][1], clusters[1][0][k][0],
+               clusters[1][0][k][1]);
     }
     for (int u = 0; u < 2; u++)
         CK(cudaFuncSetAttribute(mmar_fn[u],

@@ -40,6 +40,17 @@ loom_status q35_gpu_launch(const q35_gpu *g, loom_cu_function f, unsigned gx,
                          what, err);
 }
 
+/* A launch attribute asking for clusters of n blocks along x. */
+static loom_cu_launch_attr q35_cluster_attr(unsigned n)
+{
+    loom_cu_launch_attr at;
+    memset(&at, 0, sizeof at);
+    at.id = LOOM_CU_LAUNCH_ATTR_CLUSTER_DIMENSION;
+    unsigned dim[3] = {n, 1, 1};
+    memcpy(at.v.bytes, dim, sizeof dim);
+    return at;
+}
+
 loom_status q35_gpu_launch_cluster(const q35_gpu *g, loom_cu_function f,
                                    unsigned gx, unsigned gy, unsigned bx,
                                    unsigned smem, unsigned cluster, void **args,
@@ -48,10 +59,8 @@ loom_status q35_gpu_launch_cluster(const q35_gpu *g, loom_cu_function f,
     if (gx == 0 || gy == 0)
         return LOOM_OK;
     loom_cu_launch_attr at[2];
-    memset(at, 0, sizeof at);
-    at[0].id = LOOM_CU_LAUNCH_ATTR_CLUSTER_DIMENSION;
-    unsigned dim[3] = {cluster, 1, 1};
-    memcpy(at[0].v.bytes, dim, sizeof dim);
+    at[0] = q35_cluster_attr(cluster);
+    memset(&at[1], 0, sizeof at[1]);
     at[1].id = LOOM_CU_LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
     at[1].v.value = 1;
     loom_cu_launch_config c = {
@@ -609,31 +618,21 @@ static void q35_gpu_mma_open(q35_gpu *g)
         /* two rings: one block per SM with a deep ring (0), and two blocks
          * per SM (a block's bulk copies are served one after another, so
          * two stream faster on products with many rows) when two stages
-         * each fit (1; else the first again); the kernel's static barriers
-         * take up to 1024 bytes more */
-        uint64_t part = q35_mma_smem(k, 0) + 1024, stage = q35_mma_stage(k);
-        int ns = cu->smem_per_block_optin > part
-                     ? (int)((cu->smem_per_block_optin - part) / stage)
-                     : 0;
-        int ns2 = (int)((Q35_MMA_HALF_SM - part) / stage);
-        g->mma_ns[0][k] = ns > Q35_MMA_NS ? Q35_MMA_NS : ns;
-        g->mma_ns[1][k] =
-            ns2 >= 2 ? (ns2 > Q35_MMA_NS ? Q35_MMA_NS : ns2) : g->mma_ns[0][k];
+         * each fit (1) */
+        for (int r = 0; r < 2; r++)
+            g->mma_ns[r][k] =
+                q35_mma_ring_stages(k, r, cu->smem_per_block_optin);
         g->mma = g->mma_ns[0][k] >= 2;
         for (int u = 0; u < 2 && g->mma; u++) {
             g->mma = cu->funcSetAttribute(
                          g->fn.mma[u][k], 8,
                          (int)q35_mma_smem(k, g->mma_ns[0][k])) == 0;
             for (int r = 0; r < 2 && g->mma; r++)
-                for (int c = 0; c < 3 && g->mma; c++) {
+                for (int c = 0; c < 2 && g->mma; c++) {
                     unsigned smem = q35_mma_smem(k, g->mma_ns[r][k]);
-                    loom_cu_launch_attr at;
-                    memset(&at, 0, sizeof at);
-                    at.id = LOOM_CU_LAUNCH_ATTR_CLUSTER_DIMENSION;
-                    unsigned dim[3] = {1u << c, 1, 1};
-                    memcpy(at.v.bytes, dim, sizeof dim);
+                    loom_cu_launch_attr at = q35_cluster_attr(1u + c);
                     loom_cu_launch_config lc = {
-                        1u << c, 1, 1, 288, 1, 1, smem, cu->stream, &at, 1};
+                        1u + c, 1, 1, 288, 1, 1, smem, cu->stream, &at, 1};
                     int n = 0;
                     g->mma = cu->occupancyMaxActiveClusters(&n, g->fn.mma[u][k],
                                                             &lc) == 0 &&

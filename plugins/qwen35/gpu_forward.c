@@ -75,36 +75,26 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
     loom_cu_ptr xs = g->s.xs;
     int rows = w->rows, cols = w->cols;
     int glu = mode == 2;
-    int S = q35_mma_splits(cols), c = S == 1 ? 0 : S == 2 ? 1 : 2;
+    int S = q35_mma_splits(cols), c = S - 1;
     int64_t unit = glu ? 8 : 16, units = (rows + unit - 1) / unit;
     /* two blocks per SM stream products of many rows faster; one with a
      * deeper ring those of fewer (measured: tools/gemv_mma_bench.cu) */
     int r = (int64_t)rows * (glu ? 2 : 1) >= Q35_MMA_ROWS2;
     /* the kernel's two maps: w2's (SwiGLU) or w's again */
     void *wm = (void *)w->map, *w2m = (void *)(w2 ? w2->map : w->map);
-    if (T == 1) {
-        /* one row: the kernel splits its block's columns itself (one
-         * launch less on the step's path), when 2 stages fit beside them */
-        int nsl = (cols + Q35_MMA_KC - 1) / Q35_MMA_KC;
-        int run = (nsl + S - 1) / S * Q35_MMA_KC;
-        int64_t fixed = (int64_t)q35_mma_smem(0, 0) + q35_mma_resa(run);
-        int64_t cap =
-            r ? Q35_MMA_HALF_SM : (int64_t)g->cu->smem_per_block_optin;
-        int64_t ns = (cap - 1024 - fixed) / (Q35_MMA_RS * 256 * 2);
-        if (ns > Q35_MMA_NS)
-            ns = Q35_MMA_NS;
-        if (ns >= 2) {
-            int64_t C = g->mma_clusters[r][glu][0][c];
-            if (C > units)
-                C = units;
-            int nsi = (int)ns;
-            void *args[] = {wm, w2m,   &xs,  &y, &ldy, &rows, &cols,
-                            &T, &mode, &nsi, &x, &ldx, &nw,   &eps};
-            return q35_gpu_launch_cluster(
-                g, g->fn.mmar[glu], (unsigned)(C * S), 1, 288,
-                (unsigned)(fixed + ns * Q35_MMA_RS * 256 * 2), (unsigned)S,
-                args, "q35_mma1r", R->err);
-        }
+    /* one row: the kernel splits its block's columns itself (one launch
+     * less on the step's path), when 2 stages fit beside them */
+    int run = q35_mma_run(cols);
+    int ns = q35_mma1r_stages(run, r, g->cu->smem_per_block_optin);
+    if (T == 1 && ns >= 2) {
+        int64_t C = g->mma_clusters[r][glu][0][c];
+        if (C > units)
+            C = units;
+        void *args[] = {wm, w2m,   &xs, &y, &ldy, &rows, &cols,
+                        &T, &mode, &ns, &x, &ldx, &nw,   &eps};
+        return q35_gpu_launch_cluster(g, g->fn.mmar[glu], (unsigned)(C * S), 1,
+                                      288, q35_mma1r_smem(run, ns), (unsigned)S,
+                                      args, "q35_mma1r", R->err);
     }
     Q35_LAUNCH(split, (cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T, 256, 0,
                &x, &ldx, &xs, &cols, &T, &nw, &eps);
@@ -114,7 +104,7 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
     int64_t C = g->mma_clusters[r][glu][k][c];
     if (C > units)
         C = units;
-    int ns = g->mma_ns[r][k];
+    ns = g->mma_ns[r][k];
     void *args[] = {wm, w2m,   &xs, &y, &ldy, &rows, &cols,
                     &T, &mode, &ns, &x, &ldx, &nw,   &eps};
     return q35_gpu_launch_cluster(g, g->fn.mma[glu][k], (unsigned)(C * S),

@@ -135,6 +135,47 @@ static inline unsigned q35_mma_smem(int k, int ns)
                       ns * q35_mma_stage(k));
 }
 
+/* Stages of kind k's ring (two: the ring for two blocks per SM, else one
+ * block per SM) with optin bytes of shared memory a block may take, less
+ * the kernel's static barriers' 1024; the two-block ring falls back to the
+ * one-block one when it holds fewer than 2 stages. */
+static inline int q35_mma_ring_stages(int k, int two, uint64_t optin)
+{
+    uint64_t part = q35_mma_smem(k, 0) + 1024, stage = q35_mma_stage(k);
+    int ns = optin > part ? (int)((optin - part) / stage) : 0;
+    int ns2 = (int)((Q35_MMA_HALF_SM - part) / stage);
+    ns = ns > Q35_MMA_NS ? Q35_MMA_NS : ns;
+    if (two && ns2 >= 2)
+        ns = ns2 > Q35_MMA_NS ? Q35_MMA_NS : ns2;
+    return ns;
+}
+
+/* A block's run of columns of a cols-wide product (q35_mma_splits' runs of
+ * Q35_MMA_KC-column slices, the longest). */
+static inline int q35_mma_run(int cols)
+{
+    int nsl = (cols + Q35_MMA_KC - 1) / Q35_MMA_KC, s = q35_mma_splits(cols);
+    return (nsl + s - 1) / s * Q35_MMA_KC;
+}
+
+/* The one-row form over a block's run of columns: its dynamic shared
+ * memory with ns stages (weights only: it keeps the row's halves itself),
+ * and the most stages that fit (two: in the two-block budget; below 2 it
+ * does not run). */
+#define Q35_MMA1R_STAGE (Q35_MMA_RS * 256 * 2)
+static inline unsigned q35_mma1r_smem(int run, int ns)
+{
+    return q35_mma_smem(0, 0) + (unsigned)ns * Q35_MMA1R_STAGE +
+           q35_mma_resa(run);
+}
+static inline int q35_mma1r_stages(int run, int two, uint64_t optin)
+{
+    int64_t cap = two ? Q35_MMA_HALF_SM : (int64_t)optin;
+    int64_t ns =
+        (cap - 1024 - (int64_t)q35_mma1r_smem(run, 0)) / Q35_MMA1R_STAGE;
+    return ns > Q35_MMA_NS ? Q35_MMA_NS : (int)ns;
+}
+
 /* The chunk attention (q35_attn_chunk): query rows per warp, per block of
  * 4 warps. */
 #define Q35_AC_R 8
