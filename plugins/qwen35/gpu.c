@@ -77,7 +77,7 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     struct {
         loom_cu_function *f;
         char name[32];
-    } t[80];
+    } t[96];
     int n = 0;
     q35_gpu_fns *F = &g->fn;
     for (int i = 0; i < 3; i++) {
@@ -119,6 +119,11 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     }
     t[n].f = &F->split;
     snprintf(t[n++].name, 32, "q35_split");
+    for (int u = 0; u < 2; u++)
+        for (int k = 0; k < 4; k++) {
+            t[n].f = &F->q4s[u][k];
+            snprintf(t[n++].name, 32, "q35_q4s%d%s", 1 << k, u ? "_glu" : "");
+        }
     t[n].f = &F->embed_q4;
     snprintf(t[n++].name, 32, "q35_embed_q4");
 #define Q35_FN(member, nm)                                                     \
@@ -190,27 +195,36 @@ static uint64_t q35_lin_bytes(const loom_weight *w)
            (w->dtype == LOOM_DTYPE_F32 ? 4u : 2u);
 }
 
-/* An affine weight's scales or biases as float32 at device address p (exact
- * from BF16 and F16), converted through a host buffer; returns the bytes. */
-static uint64_t q35_put_groups_at(q35_arena *a, const loom_weight *w,
-                                  const void *src, loom_cu_ptr p)
+/* An affine weight's (scale, bias) pairs as float32 at device address p
+ * (exact from BF16 and F16; each row's count padded to even, the pads 0),
+ * converted through a host buffer; returns the bytes. */
+static uint64_t q35_put_pairs_at(q35_arena *a, const loom_weight *w,
+                                 loom_cu_ptr p)
 {
-    uint64_t n = (uint64_t)w->rows * (uint64_t)(w->cols / w->group_size);
+    int64_t G = w->cols / w->group_size;
+    int gp = q35_q4_gp((int)w->cols, w->group_size);
+    uint64_t n = (uint64_t)w->rows * (uint64_t)gp * 2;
     if (a->dry || a->st != LOOM_OK)
         return n * 4;
-    float *f = malloc((size_t)n * sizeof *f);
+    float *f = calloc((size_t)n, sizeof *f);
     if (!f) {
         a->st = loom_err_set(a->err, LOOM_ERR_NOMEM,
                              "qwen35 cuda: no memory for %llu group scales",
-                             (unsigned long long)n);
+                             (unsigned long long)n / 2);
         return n * 4;
     }
-    for (uint64_t i = 0; i < n; i++) {
-        const uint16_t *h = (const uint16_t *)src;
-        f[i] = w->scale_dtype == LOOM_DTYPE_F32    ? ((const float *)src)[i]
-               : w->scale_dtype == LOOM_DTYPE_BF16 ? loom_bf16_to_f32(h[i])
-                                                   : loom_f16_to_f32(h[i]);
-    }
+    const void *src[2] = {w->scales, w->biases};
+    for (int k = 0; k < 2; k++)
+        for (int64_t r = 0; r < w->rows; r++)
+            for (int64_t i = 0; i < G; i++) {
+                int64_t at = r * G + i;
+                const uint16_t *h = (const uint16_t *)src[k];
+                f[(r * gp + i) * 2 + k] = w->scale_dtype == LOOM_DTYPE_F32
+                                              ? ((const float *)src[k])[at]
+                                          : w->scale_dtype == LOOM_DTYPE_BF16
+                                              ? loom_bf16_to_f32(h[at])
+                                              : loom_f16_to_f32(h[at]);
+            }
     /* a pageable source is staged before the copy call returns */
     a->st = q35_gpu_check(
         a->g, a->g->cu->memcpyHtoDAsync(p, f, n * 4, a->g->cu->stream),
@@ -219,13 +233,17 @@ static uint64_t q35_put_groups_at(q35_arena *a, const loom_weight *w,
     return n * 4;
 }
 
-static loom_cu_ptr q35_put_groups(q35_arena *a, const loom_weight *w,
-                                  const void *src)
+static uint64_t q35_pairs_bytes(const loom_weight *w)
 {
-    uint64_t n = (uint64_t)w->rows * (uint64_t)(w->cols / w->group_size);
+    return (uint64_t)w->rows *
+           (uint64_t)q35_q4_gp((int)w->cols, w->group_size) * 8;
+}
+
+static loom_cu_ptr q35_put_pairs(q35_arena *a, const loom_weight *w)
+{
     loom_cu_ptr p = a->base + a->off;
-    a->off += (n * 4 + 255) / 256 * 256;
-    q35_put_groups_at(a, w, src, p);
+    a->off += (q35_pairs_bytes(w) + 255) / 256 * 256;
+    q35_put_pairs_at(a, w, p);
     return a->dry ? 0 : p;
 }
 
@@ -241,8 +259,7 @@ static void q35_put_lin(q35_arena *a, const loom_weight *w, q35_gpu_lin *out)
     if (w->bits) {
         out->bits = w->bits;
         out->group = w->group_size;
-        out->scales = q35_put_groups(a, w, w->scales);
-        out->biases = q35_put_groups(a, w, w->biases);
+        out->pairs = q35_put_pairs(a, w);
     }
 }
 
@@ -271,16 +288,13 @@ static void q35_put_cat(q35_arena *a, const loom_weight *const *w, int n,
     for (int i = 0; i < n; i++) {
         total += q35_lin_bytes(w[i]);
         if (w[0]->bits)
-            groups += (uint64_t)w[i]->rows *
-                      (uint64_t)(w[i]->cols / w[i]->group_size) * 4;
+            groups += q35_pairs_bytes(w[i]);
     }
     loom_cu_ptr p = a->base + a->off;
     a->off += (total + 255) / 256 * 256;
-    loom_cu_ptr sc = 0, bi = 0;
+    loom_cu_ptr pairs = 0;
     if (w[0]->bits) {
-        sc = a->base + a->off;
-        a->off += (groups + 255) / 256 * 256;
-        bi = a->base + a->off;
+        pairs = a->base + a->off;
         a->off += (groups + 255) / 256 * 256;
     }
     uint64_t at = 0, gat = 0;
@@ -300,18 +314,15 @@ static void q35_put_cat(q35_arena *a, const loom_weight *const *w, int n,
         if (w[0]->bits) {
             o->bits = w[i]->bits;
             o->group = w[i]->group_size;
-            o->scales = a->dry ? 0 : sc + gat;
-            o->biases = a->dry ? 0 : bi + gat;
-            q35_put_groups_at(a, w[i], w[i]->scales, sc + gat);
-            gat += q35_put_groups_at(a, w[i], w[i]->biases, bi + gat);
+            o->pairs = a->dry ? 0 : pairs + gat;
+            gat += q35_put_pairs_at(a, w[i], pairs + gat);
         }
         at += b;
     }
     *cat = *out[0];
     cat->p = a->dry ? 0 : p;
     cat->rows = (int32_t)rows;
-    cat->scales = a->dry || !w[0]->bits ? 0 : sc;
-    cat->biases = a->dry || !w[0]->bits ? 0 : bi;
+    cat->pairs = a->dry || !w[0]->bits ? 0 : pairs;
 }
 
 /* n experts' weights (one of gate/up/down) back to back. */
@@ -421,7 +432,39 @@ static int q35_map_lin(const loom_cuda *cu, q35_gpu_lin *l)
     return 1;
 }
 
-static int q35_map_layer(const loom_cuda *cu, q35_gpu_layer *D)
+/* The tensor maps of q35_q4s: the words as 32-bit elements in boxes of
+ * 128 by Q35_Q4S_BOX rows, the pairs as 64-bit ones in boxes of 1024 /
+ * group, no swizzle, zeros past the edges. */
+static int q35_map_q4(const loom_cuda *cu, q35_gpu_lin *l)
+{
+    if (!l->p || !l->bits)
+        return 1;
+    if (q35_q4s_stages(l->cols, l->group) < 2)
+        return 1;
+    q35_tmap qm, pm;
+    uint64_t qd[2] = {(uint64_t)l->cols / 8, (uint64_t)l->rows};
+    uint64_t qs[1] = {(uint64_t)l->cols / 2};
+    uint64_t pd[2] = {(uint64_t)q35_q4_gp(l->cols, l->group),
+                      (uint64_t)l->rows};
+    uint64_t ps[1] = {pd[0] * 8};
+    uint32_t qb[2] = {128, Q35_Q4S_BOX};
+    uint32_t pb[2] = {(uint32_t)(1024 / l->group), Q35_Q4S_BOX};
+    uint32_t one[2] = {1, 1};
+    /* UINT32 / UINT64, no interleave, no swizzle, 256-byte L2 promotion,
+     * zero fill */
+    if (cu->tensorMapEncodeTiled(&qm, 2, 2, (void *)(uintptr_t)l->p, qd, qs, qb,
+                                 one, 0, 0, 3, 0) != 0 ||
+        cu->tensorMapEncodeTiled(&pm, 4, 2, (void *)(uintptr_t)l->pairs, pd, ps,
+                                 pb, one, 0, 0, 3, 0) != 0)
+        return 0;
+    memcpy(l->map, &qm, sizeof l->map);
+    memcpy(l->pmap, &pm, sizeof l->pmap);
+    l->q4mapped = 1;
+    return 1;
+}
+
+static int q35_map_layer(const loom_cuda *cu, q35_gpu_layer *D,
+                         int (*map)(const loom_cuda *, q35_gpu_lin *))
 {
     q35_gpu_lin *l[] = {&D->in,      &D->q,     &D->k,       &D->v,
                         &D->o,       &D->qkv,   &D->z,       &D->b,
@@ -430,19 +473,26 @@ static int q35_map_layer(const loom_cuda *cu, q35_gpu_layer *D)
                         &D->sh_gate, &D->sh_up, &D->sh_down, &D->sh_gate_w};
     int ok = 1;
     for (size_t i = 0; i < sizeof l / sizeof *l; i++)
-        ok = ok && q35_map_lin(cu, l[i]);
+        ok = ok && map(cu, l[i]);
     return ok;
 }
 
-/* Every weight's map, or none: the mma kernels then stay off. */
+/* Every weight's map of a kind, or none: those kernels then stay off. */
+static int q35_map_all(loom_model *m,
+                       int (*map)(const loom_cuda *, q35_gpu_lin *))
+{
+    q35_gpu *g = m->gpu;
+    int ok = map(g->cu, &g->embed) && map(g->cu, &g->lm_head);
+    for (int64_t i = 0; ok && i < m->g.n_layers; i++)
+        ok = q35_map_layer(g->cu, &g->layers[i], map);
+    return ok;
+}
+
 static void q35_gpu_maps(loom_model *m)
 {
     q35_gpu *g = m->gpu;
-    int ok = g->mma && q35_map_lin(g->cu, &g->embed) &&
-             q35_map_lin(g->cu, &g->lm_head);
-    for (int64_t i = 0; ok && i < m->g.n_layers; i++)
-        ok = q35_map_layer(g->cu, &g->layers[i]);
-    g->mma = ok;
+    g->mma = g->mma && q35_map_all(m, q35_map_lin);
+    g->q4s = g->q4s && q35_map_all(m, q35_map_q4);
 }
 
 /* Refuses what the kernels do not take: quantized weights, shapes past the
@@ -769,7 +819,7 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
     g->gdn_threads =
         (unsigned)((G->lin_dk + 31) / 32 * ((G->lin_dv + 31) / 32 * 32));
     /* the chunkwise delta rule: its two kernels' tiles in shared memory,
-     * its norm a block of dv threads, its prep a warp per q and k head */
+     * its norm a warp per value head, its prep a warp per q and k head */
     int64_t dk = G->lin_dk, dv = G->lin_dv, C = Q35_WY_C;
     uint64_t wy_smem =
         (uint64_t)(2 * C * ((dk > dv ? dk : dv) + 4) + 2 * C * C + 3 * C) * 4;
@@ -804,6 +854,15 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
             for (int k = 0; k < 4 && g->gemvs; k++)
                 g->gemvs = cu->funcSetAttribute(g->fn.gemvs[i][u][k], 8,
                                                 Q35_GEMVS_SMEM) == 0;
+    /* the affine-4 one with tensor maps */
+    g->q4s = g->gemvs &&
+             cu->struct_size >= offsetof(loom_cuda, tensorMapEncodeTiled) +
+                                    sizeof cu->tensorMapEncodeTiled &&
+             cu->tensorMapEncodeTiled != NULL;
+    for (int u = 0; u < 2 && g->q4s; u++)
+        for (int k = 0; k < 4 && g->q4s; k++)
+            g->q4s =
+                cu->funcSetAttribute(g->fn.q4s[u][k], 8, Q35_GEMVS_SMEM) == 0;
     q35_gpu_mma_open(g);
     /* one stream and no windows: every decode round is a one-row step,
      * which the streaming kernels run faster (the tensor-core ones pay

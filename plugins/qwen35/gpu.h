@@ -16,14 +16,19 @@ typedef struct q35_gpu_lin {
     loom_cu_ptr p;
     loom_dtype dtype;
     int32_t rows, cols;
-    /* MLX affine: bits 4, p the words, float32 scales and biases per group
-     * of `group` columns; bits 0 for plain weights */
+    /* MLX affine: bits 4, p the words, `pairs` the float32 (scale, bias)
+     * pairs per group of `group` columns (gpu_kernels.h, q35_q4_gp); bits
+     * 0 for plain weights */
     int32_t bits, group;
-    loom_cu_ptr scales, biases;
+    loom_cu_ptr pairs;
     /* BF16 with cols a multiple of 16, when the mma kernels run: the
      * tensor map (CUtensorMap) their bulk copies read it through */
     int32_t mapped;
     uint64_t map[16];
+    /* affine-4, when q35_q4s runs: map the words' and pmap the pairs'
+     * (boxes of a 1024-column chunk of Q35_Q4S_BOX rows) */
+    int32_t q4mapped;
+    uint64_t pmap[16];
 } q35_gpu_lin;
 
 typedef struct q35_gpu_layer {
@@ -55,6 +60,9 @@ typedef struct q35_gpu_fns {
     loom_cu_function mmar[2]; /* ... one row, split in the kernel */
     /* affine 4-bit (linear.cu): [1 row, 8 rows][SwiGLU]; its embedding */
     loom_cu_function q4[2][2], embed_q4;
+    /* ... one row through shared memory (gemv_q4_stream.cu): [SwiGLU][wpr
+     * 1, 2, 4, 8] */
+    loom_cu_function q4s[2][4];
     loom_cu_function rmsnorm, conv, conv_restore;
     loom_cu_function gdn_rec, gdn_rec4, gdn_replay;
     loom_cu_function attn_prep, attention, attn_combine;
@@ -131,7 +139,8 @@ typedef struct q35_gpu {
     unsigned wy_smem, apply_smem; /* the delta rule's chunk kernels' */
     unsigned attn_chunk_smem;     /* its dynamic shared memory */
     int gemvs;                    /* one-row products take the gemvs kernels */
-    int gdn_rec4;                 /* the recurrence takes q35_gdn_rec4 */
+    int q4s;      /* ... and the affine-4 ones q35_q4s, with tensor maps */
+    int gdn_rec4; /* the recurrence takes q35_gdn_rec4 */
     /* decode products of BF16 weights take the mma kernels: their ring
      * stages by [ring][tile] (ring 0 one block per SM, 1 two) and the
      * clusters the device holds at once by [ring][SwiGLU][tile][cluster of
@@ -142,6 +151,11 @@ typedef struct q35_gpu {
     /* the round's prompt chunks (loom_plan_prompt_chunk): their streams,
      * placed after every other row */
     int32_t *pc, n_pc, pc_row0;
+    /* what s.xb holds: BF16 of the float rows at xb_src (xb_cols wide,
+     * xb_ld apart), or xb_src 0; a product of those rows skips its
+     * conversion */
+    loom_cu_ptr xb_src;
+    int xb_cols, xb_ld;
     /* per-round host tables (the rows by stream are m->plan's) */
     int32_t *dev_of; /* [max_rows] round row -> device row */
     int32_t *maps;   /* the output maps, grown with the taps */

@@ -129,32 +129,56 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
     int dt = q35_dt(w->dtype);
     if (R->g->mma && w->mapped && !sel && (!w2 || w2->mapped))
         return q35_lin_mma(R, w, w2, x, ldx, y, ldy, T, mode, nw);
-    if (nw && (w->bits || !(dt < 2 && cols % 8 == 0 && ldx % 4 == 0))) {
-        /* the other kernels read a normed copy */
+    /* the other kernels read a normed copy, and so do affine-4 rows of
+     * more than one token (the same bits as a kernel's own norm: q35_ss4) */
+    if (nw && (w->bits ? T > 1 : !(dt < 2 && cols % 8 == 0 && ldx % 4 == 0))) {
         loom_cu_ptr none = 0, xn = R->g->s.xn;
         int H = cols;
         void *na[] = {&x, &none, &xn, &nw, &H, &eps};
         loom_status st = q35_gpu_launch(R->g, R->g->fn.rmsnorm, (unsigned)T, 1,
-                                        1024, 0, na, "q35_rmsnorm", R->err);
+                                        256, 0, na, "q35_rmsnorm", R->err);
         if (st != LOOM_OK)
             return st;
         x = xn;
         nw = 0;
     }
     if (w->bits) {
-        /* affine 4-bit (q35_gpu_supported let no other through); the same
-         * shape rule for warps per row, over 32-column chunks */
-        int wpr = 1;
-        int64_t groups = ((int64_t)rows + 3) / 4;
-        while (wpr < 8 && groups * wpr < 2048 && cols >= 2048 * wpr)
-            wpr *= 2;
-        int many = T > 1, glu = mode == 2, nt = many ? 8 : 1;
-        int rpw = glu ? 2 : 4, gsz = w->group;
+        /* affine 4-bit (q35_gpu_supported let no other through), normed in
+         * the kernel */
+        int wpr = q35_q4_wpr(rows, cols), glu = mode == 2, gsz = w->group;
+        loom_cu_ptr p1 = w->pairs, p2 = w2 ? w2->pairs : 0;
+        int ns = q35_q4s_stages(cols, gsz);
+        if (T == 1 && R->g->q4s && w->q4mapped && (!w2 || w2->q4mapped) &&
+            ns >= 2) {
+            /* a step: the words through shared memory, in the same order */
+            int k = wpr == 1 ? 0 : wpr == 2 ? 1 : wpr == 4 ? 2 : 3;
+            int64_t nb = R->g->cu->sm_count * Q35_GEMVS_BPS;
+            int64_t boxes = (rows + Q35_Q4S_BOX - 1) / Q35_Q4S_BOX;
+            if (nb > boxes)
+                nb = boxes;
+            void *qm2 = (void *)(w2 ? w2->map : w->map);
+            void *pm2 = (void *)(w2 ? w2->pmap : w->pmap);
+            void *args[] = {(void *)w->map,
+                            (void *)w->pmap,
+                            qm2,
+                            pm2,
+                            &x,
+                            &y,
+                            &rows,
+                            &cols,
+                            &gsz,
+                            &mode,
+                            &nw,
+                            &eps,
+                            &ns};
+            return q35_gpu_launch(R->g, R->g->fn.q4s[glu][k], (unsigned)nb, 1,
+                                  288, (unsigned)q35_q4s_smem(cols, gsz, ns),
+                                  args, "q35_q4s", R->err);
+        }
+        int many = T > 1, nt = many ? 8 : 1, rpw = glu ? 2 : 4;
         int64_t warps = ((int64_t)rows + rpw - 1) / rpw * wpr;
-        loom_cu_ptr s1 = w->scales, b1 = w->biases;
-        loom_cu_ptr s2 = w2 ? w2->scales : 0, b2 = w2 ? w2->biases : 0;
-        void *args[] = {&wp, &s1,  &b1,   &w2p,  &s2, &b2,   &x,   &ldx,
-                        &y,  &ldy, &rows, &cols, &T,  &mode, &wpr, &gsz};
+        void *args[] = {&wp,   &p1,   &w2p, &p2,   &x,   &ldx, &y,  &ldy,
+                        &rows, &cols, &T,   &mode, &wpr, &gsz, &nw, &eps};
         return q35_gpu_launch(
             R->g, R->g->fn.q4[many][glu], (unsigned)((warps + 7) / 8),
             (unsigned)((T + nt - 1) / nt), 256, 0, args, "q35_q4", R->err);
@@ -212,7 +236,16 @@ static loom_status q35_lin_gemm(const q35_run *R, const q35_gpu_lin *w,
     int cols = w->cols;
     float eps = (float)R->m->g.eps;
     loom_cu_ptr xb = g->s.xb;
-    Q35_LAUNCH(to_bf16, n, 1, 256, 0, &x, &ldx, &xb, &cols, &nw, &eps);
+    /* a SwiGLU's output is in xb already when it came just before (and
+     * only there: its float rows were not written) */
+    int have = !nw && g->xb_src == x && g->xb_cols == cols && g->xb_ld == ldx;
+    if (!have && x == g->xb_src)
+        return loom_err_set(R->err, LOOM_ERR_STATE,
+                            "qwen35 cuda: a SwiGLU's rows read other than "
+                            "right after it");
+    if (!have)
+        Q35_LAUNCH(to_bf16, n, 1, 256, 0, &x, &ldx, &xb, &cols, &nw, &eps);
+    g->xb_src = 0;
     float beta = mode == 1 ? 1.0f : 0.0f;
     loom_status st =
         cu->gemm_bf16(cu, w->rows, n, cols, w->p, xb, y, ldy, beta, R->err);
@@ -223,7 +256,17 @@ static loom_status q35_lin_gemm(const q35_run *R, const q35_gpu_lin *w,
     if (st != LOOM_OK)
         return st;
     int rows = w->rows;
-    Q35_LAUNCH(swiglu, (rows + 255) / 256, n, 256, 0, &y, &up, &rows, &ldy);
+    /* 4 columns a thread where rows and ldy allow it (q35_swiglu). With one
+     * chunk in the round the next product (down) reads this chunk's
+     * output from xb, where it goes in BF16 alone; with more, xb is
+     * another chunk's by then and the output goes to y */
+    int per = (rows | ldy) & 3 ? 256 : 1024;
+    loom_cu_ptr xo = g->n_pc == 1 ? xb : 0;
+    Q35_LAUNCH(swiglu, (rows + per - 1) / per, n, 256, 0, &y, &up, &rows, &ldy,
+               &xo);
+    g->xb_src = xo ? y : 0;
+    g->xb_cols = rows;
+    g->xb_ld = ldy;
     return LOOM_OK;
 }
 
@@ -272,7 +315,7 @@ static loom_status q35_gpu_norm(const q35_run *R, loom_cu_ptr x,
 {
     int H = (int)R->m->g.hidden;
     float eps = (float)R->m->g.eps;
-    Q35_LAUNCH(rmsnorm, n_rows, 1, 1024, 0, &x, &map, &out, &w, &H, &eps);
+    Q35_LAUNCH(rmsnorm, n_rows, 1, 256, 0, &x, &map, &out, &w, &H, &eps);
     return LOOM_OK;
 }
 
@@ -407,7 +450,7 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
         Q35_LAUNCH(gdnc_apply, Hv * ((dv + 31) / 32), 1, 256, g->apply_smem,
                    &s->big0, &s->wy, &s->o, &s->streams, &si, &slot, &Hk, &Hv,
                    &dk, &dv);
-        Q35_LAUNCH(gdnc_norm, n, Hv, (dv + 31) / 32 * 32, 0, &s->o, &zp, &ldz,
+        Q35_LAUNCH(gdnc_norm, n, (Hv + 7) / 8, 256, 0, &s->o, &zp, &ldz,
                    &L->gnorm, &s->streams, &si, &Hv, &dv, &eps);
     }
     Q35_LIN(&L->out, NULL, s->o, vd, s->h, H, T, 1, 0, 0, 0);
@@ -472,10 +515,11 @@ static loom_status q35_gpu_layers(const q35_run *R, int32_t n_logits,
     q35_gpu_scratch *s = &g->s;
     const q35_geometry *G = &m->g;
     int H = (int)G->hidden;
+    g->xb_src = 0;
     if (g->embed.bits) {
         int gsz = g->embed.group;
-        Q35_LAUNCH(embed_q4, R->T, 1, 256, 0, &g->embed.p, &g->embed.scales,
-                   &g->embed.biases, &s->rows, &s->h, &H, &gsz);
+        Q35_LAUNCH(embed_q4, R->T, 1, 256, 0, &g->embed.p, &g->embed.pairs,
+                   &s->rows, &s->h, &H, &gsz);
     } else {
         Q35_LAUNCH(embed[q35_dt(g->embed.dtype)], R->T, 1, 256, 0, &g->embed.p,
                    &s->rows, &s->h, &H);

@@ -58,6 +58,60 @@ static inline int q35_gemvs_stages(int cols)
     return ns > Q35_GEMVS_NS ? Q35_GEMVS_NS : ns;
 }
 
+/* Helpers the kernels call as well as the host. */
+#ifdef __CUDACC__
+#define Q35_HD __host__ __device__
+#else
+#define Q35_HD
+#endif
+
+/* MLX affine 4-bit weights on the device: the words [rows, cols / 8] (column
+ * c of a row in bits 4 (c % 8) of word c / 8), then per row q35_q4_gp
+ * (scale, bias) pairs of float32, one per group of gsz columns, their
+ * count padded to even so that each row's pairs start 16-byte aligned. */
+static inline Q35_HD int q35_q4_gp(int cols, int gsz)
+{
+    return (cols / gsz + 1) & ~1;
+}
+
+/* Warps per output row of an affine-4 product, from the weight's shape
+ * alone (as q35_wpr, over 32-column chunks). */
+static inline int q35_q4_wpr(int rows, int cols)
+{
+    int wpr = 1;
+    int64_t groups = ((int64_t)rows + 3) / 4;
+    while (wpr < 8 && groups * wpr < 2048 && cols >= 2048 * wpr)
+        wpr *= 2;
+    return wpr;
+}
+
+/* The one-row affine-4 product through shared memory
+ * (cuda/gemv_q4_stream.cu): a ring stage holds one 1024-column chunk of
+ * Q35_Q4S_ROWS rows (SwiGLU: half as many of each weight) as boxes of
+ * Q35_Q4S_BOX rows from two tensor maps, the words' (128 words a row) and
+ * the pairs' (1024 / gsz a row); at most Q35_Q4S_NS stages beside the
+ * row's activations and their 32-column sums, in Q35_GEMVS_SMEM. It takes
+ * groups of 32 to 512 columns, a power of two. */
+#define Q35_Q4S_ROWS 32
+#define Q35_Q4S_BOX  8
+#define Q35_Q4S_NS   6
+static inline Q35_HD int q35_q4s_stage(int gsz)
+{
+    return Q35_Q4S_ROWS * (512 + 1024 / gsz * 8);
+}
+static inline int q35_q4s_smem(int cols, int gsz, int ns)
+{
+    return ns * q35_q4s_stage(gsz) + cols * 4 + cols / 32 * 4;
+}
+/* Its stages (below 2 it does not run). */
+static inline int q35_q4s_stages(int cols, int gsz)
+{
+    if (gsz < 32 || gsz > 512 || (gsz & (gsz - 1)) != 0)
+        return 0;
+    int ns = (Q35_GEMVS_SMEM - q35_q4s_smem(cols, gsz, 0)) / q35_q4s_stage(gsz);
+    return ns > Q35_Q4S_NS ? Q35_Q4S_NS : ns;
+}
+
 /* The tensor-core decode product (cuda/gemv_mma.cu): a block's columns
  * are a run of Q35_MMA_KC-column slices; a ring stage holds rs weight
  * rows (q35_mma_rs) by 16384 / rs columns, as 64-column blocks of rs rows of

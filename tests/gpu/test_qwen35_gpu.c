@@ -16,6 +16,7 @@
 #include <loom/cuda_runtime.h>
 #include <loom/engine.h>
 #include <loom/family.h>
+#include <loom/round_plan.h>
 #include <loom/safetensors.h>
 
 #include "gpuutil.h"
@@ -919,6 +920,13 @@ START_TEST(affine4_matches_cpu)
            vs_cpu, vs_steps, vs_bf16);
     ck_assert_msg(vs_cpu < TOL, "affine-4: GPU vs CPU %g", vs_cpu);
     ck_assert_msg(vs_steps < TOL, "affine-4: prompt vs steps %g", vs_steps);
+    /* fewer rows than a prompt chunk: the prompt is one window on the
+     * decode kernels (the register form, q35_q4_8) and the steps take the
+     * one-row form through shared memory (q35_q4s); both sum every row in
+     * one order, so the window is the steps bit for bit */
+    ck_assert_int_lt(P, LOOM_PROMPT_MIN_ROWS);
+    ck_assert_msg(memcmp(lg, steps, cnt * sizeof(float)) == 0,
+                  "affine-4: a window differs from one-row steps");
     ck_assert_msg(vs_bf16 > 1e-3, "affine-4: the same as BF16 (%g)", vs_bf16);
     same_argmax("affine-4 (GPU vs CPU)", lg, lc, P, V, TOL);
     free(lg);

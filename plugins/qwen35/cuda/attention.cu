@@ -229,6 +229,7 @@ extern "C" __global__ void q35_attn_combine(const float *qg, int ldq,
 
 #define Q35_AC_K 32 // keys per tile
 #define Q35_AC_C 2  // float4 chunks of a row per lane: head_dim up to 256
+#define Q35_AC_NL (Q35_AC_K * 64 / 128) // a thread's float4s of a K tile
 
 // Attention over one prompt chunk (rows whose K/V attn_prep has written),
 // its query rows in tiles: block (tile of Q35_AC_Q rows, query head), 4
@@ -282,21 +283,34 @@ extern "C" __global__ void __launch_bounds__(128)
             acc[r][u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     const float4 *qw = sq + Q35_AC_R * warp * h4;
+    // K and V of a tile come into registers while the tile before (K: its
+    // products with V) or this tile's scores (V) are computed: each load is
+    // a round trip to L2 or HBM
+    float4 nr[Q35_AC_NL];
+    auto fetch = [&](int k0, int which) {
+#pragma unroll
+        for (int u = 0; u < Q35_AC_NL; u++) {
+            int x = threadIdx.x + 128 * u, kk = x / h4, c = x % h4;
+            int kp = k0 + kk;
+            nr[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (x < Q35_AC_K * h4 && kp <= last)
+                nr[u] = reinterpret_cast<const float4 *>(
+                    q35_kv_at(st, slot, which, kp, kvw) + kvh * hd)[c];
+        }
+    };
+    auto put = [&](float4 *dst, int stride) {
+#pragma unroll
+        for (int u = 0; u < Q35_AC_NL; u++) {
+            int x = threadIdx.x + 128 * u, kk = x / h4, c = x % h4;
+            if (x < Q35_AC_K * h4)
+                dst[kk * stride + c] = nr[u];
+        }
+    };
+    fetch(0, 0);
     for (int k0 = 0; k0 <= last; k0 += Q35_AC_K) {
         __syncthreads();
-#pragma unroll 4
-        for (int x = threadIdx.x; x < Q35_AC_K * h4; x += blockDim.x) {
-            int kk = x / h4, c = x % h4, kp = k0 + kk;
-            float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vv = kv;
-            if (kp <= last) {
-                kv = reinterpret_cast<const float4 *>(
-                    q35_kv_at(st, slot, 0, kp, kvw) + kvh * hd)[c];
-                vv = reinterpret_cast<const float4 *>(
-                    q35_kv_at(st, slot, 1, kp, kvw) + kvh * hd)[c];
-            }
-            sk[kk * kp4 + c] = kv;
-            sv[kk * h4 + c] = vv;
-        }
+        put(sk, kp4);
+        fetch(k0, 1);
         __syncthreads();
         float sc[Q35_AC_R];
 #pragma unroll
@@ -340,6 +354,10 @@ extern "C" __global__ void __launch_bounds__(128)
                 acc[r][v].w = __fmul_rn(acc[r][v].w, c);
             }
         }
+        put(sv, h4);
+        if (k0 + Q35_AC_K <= last)
+            fetch(k0 + Q35_AC_K, 0);
+        __syncthreads();
         int n_keys = min(Q35_AC_K, last + 1 - k0);
         for (int kk = 0; kk < n_keys; kk++) {
             float pa[Q35_AC_R];

@@ -144,6 +144,39 @@ __device__ __forceinline__ float q35_block_sum(float v, float *red)
     return s;
 }
 
+// The RMSNorm's sum of squares of a row of n4 float4s as every normed
+// product of the plugin takes it, so that a normed row is the same bits in
+// each: this thread's part, over the float4s tid, tid + 256, ... (x, y, z,
+// w in order; 4 loads in flight), with blocks of 256 threads (and the
+// block's sum in q35_block_sum's order after). Each float4 f goes to
+// each(f, v) as well (a copy into shared memory, or nothing).
+struct q35_none4 {
+    __device__ void operator()(int, float4) const {}
+};
+template <typename Each = q35_none4>
+__device__ __forceinline__ float q35_ss4(const float4 *xr, int n4,
+                                         Each each = Each())
+{
+    float ss = 0.0f;
+    for (int f0 = threadIdx.x; f0 < n4; f0 += 4 * 256) {
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (f0 + u * 256 < n4)
+                v[u] = xr[f0 + u * 256];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (f0 + u * 256 < n4) {
+                ss = fmaf(v[u].x, v[u].x, ss);
+                ss = fmaf(v[u].y, v[u].y, ss);
+                ss = fmaf(v[u].z, v[u].z, ss);
+                ss = fmaf(v[u].w, v[u].w, ss);
+                each(f0 + u * 256, v[u]);
+            }
+    }
+    return ss;
+}
+
 // q (is_q) or k of one key head, dk floats at x, l2-normalised by one
 // warp into o as the CPU path does: r = 1 / sqrtf(ss + 1e-6) (ss over the
 // lanes strided, the fixed butterfly), q = (q r) dk^-0.5 rounded twice.

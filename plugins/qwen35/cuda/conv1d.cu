@@ -101,23 +101,12 @@ extern "C" __global__ void q35_conv_restore(float *conv, const float *snap,
     }
 }
 
-// The conv over one prompt chunk (no speculative row: no log, no
-// snapshot), its rows in segments of `seg` (at least K - 1) in parallel:
-// block (channels / 128, segment). A segment starts from the inputs before
-// it (the tail for the first), so every output is the sequential kernel's
-// to the bit. The first segment's block, having read the old tail, writes
-// the new one: the chunk's last K - 1 inputs (it has at least that many).
-extern "C" __global__ void q35_conv_chunk(const float *x, float *y,
-                                          const float *w,
-                                          const q35_gpu_stream *streams,
-                                          int si, int slot, int cd, int K,
-                                          int ldx, int seg)
+// Channel c of q35_conv_chunk.
+__device__ __forceinline__ void
+q35_conv_chunk_body(const float *x, float *y, const float *w,
+                    const q35_gpu_stream &st, int slot, int cd, int K, int ldx,
+                    int seg, int c)
 {
-    Q35_PDL_ENTER();
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cd)
-        return;
-    const q35_gpu_stream st = streams[si];
     int kt = K - 1;
     float *tail = reinterpret_cast<float *>(st.conv) + slot * (int64_t)kt * cd;
     const float *wc = w + (int64_t)c * K;
@@ -134,9 +123,36 @@ extern "C" __global__ void q35_conv_chunk(const float *x, float *y,
         for (int j = 0; j < kt; j++)
             tail[(int64_t)j * cd + c] =
                 x[(int64_t)(st.first + st.count - kt + j) * ldx + c];
-    for (int k = r0; k < r1; k++) {
-        int row = st.first + k;
-        float xv = x[(int64_t)row * ldx + c];
-        y[(int64_t)row * cd + c] = q35_conv_step(wc, t, kt, xv);
+    // 8 rows' inputs in flight at once (each a round trip to L2), then
+    // their outputs in order
+    for (int k0 = r0; k0 < r1; k0 += 8) {
+        float xv[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            xv[u] = k0 + u < r1 ? x[(int64_t)(st.first + k0 + u) * ldx + c]
+                                : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (k0 + u < r1)
+                y[(int64_t)(st.first + k0 + u) * cd + c] =
+                    q35_conv_step(wc, t, kt, xv[u]);
     }
+}
+
+// The conv over one prompt chunk (no speculative row: no log, no
+// snapshot), its rows in segments of `seg` (at least K - 1) in parallel:
+// block (channels / 128, segment). A segment starts from the inputs before
+// it (the tail for the first), so every output is the sequential kernel's
+// to the bit. The first segment's block, having read the old tail, writes
+// the new one: the chunk's last K - 1 inputs (it has at least that many).
+extern "C" __global__ void q35_conv_chunk(const float *x, float *y,
+                                          const float *w,
+                                          const q35_gpu_stream *streams,
+                                          int si, int slot, int cd, int K,
+                                          int ldx, int seg)
+{
+    Q35_PDL_ENTER();
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < cd)
+        q35_conv_chunk_body(x, y, w, streams[si], slot, cd, K, ldx, seg, c);
 }

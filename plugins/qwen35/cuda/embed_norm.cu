@@ -33,9 +33,10 @@ q35_embed_f32(const float *table, const q35_gpu_row *rows, float *h, int H)
 }
 
 // out[b] = x[map ? map[b] : b] * rsqrt(mean(x^2) + eps) * w, one block of
-// 1024 threads per row. Rounding: the sum of squares in float32 (per-thread
-// strided partial sums, then q35_block_sum), r = 1 / sqrtf(ss / n + eps) in
-// float32, then (x * r) * w rounded once per multiply as on the CPU.
+// 256 threads per row. Rounding: the sum of squares in float32 (q35_ss4's
+// order when n % 4 == 0, as the normed products take it, else per-thread
+// strided partial sums; then q35_block_sum), r = 1 / sqrtf(ss / n + eps)
+// in float32, then (x * r) * w rounded once per multiply as on the CPU.
 extern "C" __global__ void q35_rmsnorm(const float *x, const int *map,
                                        float *out, const float *w, int n,
                                        float eps)
@@ -45,19 +46,34 @@ extern "C" __global__ void q35_rmsnorm(const float *x, const int *map,
     int b = blockIdx.x;
     const float *xr = x + (int64_t)(map ? map[b] : b) * n;
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        ss = fmaf(xr[i], xr[i], ss);
+    if (n % 4 == 0) {
+        ss = q35_ss4(reinterpret_cast<const float4 *>(xr), n / 4);
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x)
+            ss = fmaf(xr[i], xr[i], ss);
+    }
     ss = q35_block_sum(ss, red);
     float r = 1.0f / sqrtf(ss / (float)n + eps);
     float *o = out + (int64_t)b * n;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        o[i] = __fmul_rn(__fmul_rn(xr[i], r), w[i]);
+    if (n % 4 != 0) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x)
+            o[i] = __fmul_rn(__fmul_rn(xr[i], r), w[i]);
+        return;
+    }
+    for (int f = threadIdx.x; f < n / 4; f += blockDim.x) {
+        float4 v = reinterpret_cast<const float4 *>(xr)[f];
+        float4 g = __ldg(reinterpret_cast<const float4 *>(w) + f);
+        v.x = __fmul_rn(__fmul_rn(v.x, r), g.x);
+        v.y = __fmul_rn(__fmul_rn(v.y, r), g.y);
+        v.z = __fmul_rn(__fmul_rn(v.z, r), g.z);
+        v.w = __fmul_rn(__fmul_rn(v.w, r), g.w);
+        reinterpret_cast<float4 *>(o)[f] = v;
+    }
 }
 
-// h[t] = the token's row of an MLX affine 4-bit table (q35_q4_body's
-// layout), w = scale * q + bias.
-extern "C" __global__ void q35_embed_q4(const uint32_t *q, const float *sc,
-                                        const float *bi,
+// h[t] = the token's row of an MLX affine 4-bit table (the device layout
+// of gpu_kernels.h), w = scale * q + bias.
+extern "C" __global__ void q35_embed_q4(const uint32_t *q, const float *p,
                                         const q35_gpu_row *rows, float *h,
                                         int H, int gsz)
 {
@@ -65,9 +81,10 @@ extern "C" __global__ void q35_embed_q4(const uint32_t *q, const float *sc,
     int t = blockIdx.x;
     int64_t r = rows[t].token;
     const uint32_t *qr = q + r * (H / 8);
+    const float *pr = p + r * q35_q4_gp(H, gsz) * 2;
     for (int c = threadIdx.x; c < H; c += blockDim.x) {
-        int64_t g = r * (H / gsz) + c / gsz;
+        int g = c / gsz;
         float v = (float)((qr[c / 8] >> (4 * (c % 8))) & 15u);
-        h[(int64_t)t * H + c] = __fadd_rn(__fmul_rn(sc[g], v), bi[g]);
+        h[(int64_t)t * H + c] = __fadd_rn(__fmul_rn(pr[2 * g], v), pr[2 * g + 1]);
     }
 }

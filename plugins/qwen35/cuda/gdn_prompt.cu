@@ -219,6 +219,11 @@ extern "C" __global__ void __launch_bounds__(256)
 // e^(G_n - G) (Q35_WY_C each); dk a multiple of 4 up to 128. Writes each
 // row's raw output (q35_gdnc_norm follows).
 #define Q35_WY_KT (Q35_WY_C + 4)
+// A thread's float4 loads of a chunk's W (or Q, K) rows, U columns and M
+// (blocks of 256 threads, dk up to 128).
+#define Q35_AP_X (Q35_WY_C * 32 / 256)
+#define Q35_AP_V (Q35_WY_C * 8 / 256)
+#define Q35_AP_M (Q35_WY_C * Q35_WY_C / 4 / 256)
 extern "C" __global__ void __launch_bounds__(256)
     q35_gdnc_apply(const float *qk, const float *wy, float *o,
                    const q35_gpu_stream *streams, int si, int slot, int Hk,
@@ -252,22 +257,37 @@ extern "C" __global__ void __launch_bounds__(256)
             return reinterpret_cast<const float4 *>(rec(i) + off);
         };
         __syncthreads();
-#pragma unroll 4
-        for (int x = tid; x < C * d4; x += blockDim.x) {
-            int i = x / d4, c = x % d4;
-            reinterpret_cast<float4 *>(sX)[x] = i < n ? rec4(i, 0)[c] : Q35_F4_ZERO;
-        }
-        for (int x = tid; x < C * 8; x += blockDim.x) {
-            int i = x / 8, c = x % 8;
-            reinterpret_cast<float4 *>(sV)[x] = i < n && x0 + 4 * c < dv
-                                                    ? rec4(i, dk + x0)[c]
-                                                    : Q35_F4_ZERO;
-        }
-#pragma unroll 4
-        for (int x = tid; x < C * (C / 4); x += blockDim.x) {
-            int i = x / (C / 4), c = x % (C / 4);
-            reinterpret_cast<float4 *>(sM)[x] =
-                i < n ? rec4(i, dk + dv)[c] : Q35_F4_ZERO;
+        // the chunk's records (W, U, M): every load in flight before the
+        // first store (each is a round trip to L2)
+        {
+            float4 rx[Q35_AP_X], rv[Q35_AP_V], rm[Q35_AP_M];
+#pragma unroll
+            for (int u = 0; u < Q35_AP_X; u++) {
+                int x = tid + u * 256, i = x / d4, c = x % d4;
+                if (x < C * d4)
+                    rx[u] = i < n ? rec4(i, 0)[c] : Q35_F4_ZERO;
+            }
+#pragma unroll
+            for (int u = 0; u < Q35_AP_V; u++) {
+                int x = tid + u * 256, i = x / 8, c = x % 8;
+                rv[u] = i < n && x0 + 4 * c < dv ? rec4(i, dk + x0)[c]
+                                                 : Q35_F4_ZERO;
+            }
+#pragma unroll
+            for (int u = 0; u < Q35_AP_M; u++) {
+                int x = tid + u * 256, i = x / (C / 4), c = x % (C / 4);
+                rm[u] = i < n ? rec4(i, dk + dv)[c] : Q35_F4_ZERO;
+            }
+#pragma unroll
+            for (int u = 0; u < Q35_AP_X; u++)
+                if (tid + u * 256 < C * d4)
+                    reinterpret_cast<float4 *>(sX)[tid + u * 256] = rx[u];
+#pragma unroll
+            for (int u = 0; u < Q35_AP_V; u++)
+                reinterpret_cast<float4 *>(sV)[tid + u * 256] = rv[u];
+#pragma unroll
+            for (int u = 0; u < Q35_AP_M; u++)
+                reinterpret_cast<float4 *>(sM)[tid + u * 256] = rm[u];
         }
         if (tid < C)
             sG[tid] = tid < n ? rec(tid)[dk + dv + C] : 0.0f;
@@ -298,27 +318,38 @@ extern "C" __global__ void __launch_bounds__(256)
 #pragma unroll
         for (int r = 0; r < 8; r++)
             sV[(warp + 8 * r) * 32 + lane] = acc[r];
-        // Q rows; K^T rows scaled by e^(G_n - G_j) (a lane per key)
-#pragma unroll 4
-        for (int x = tid; x < C * d4; x += blockDim.x) {
-            int i = x / d4, c = x % d4;
-            reinterpret_cast<float4 *>(sX)[x] =
-                i < n ? reinterpret_cast<const float4 *>(
-                            qk + ((int64_t)(r0 + i) * 2) * kd + kh * dk)[c]
-                      : Q35_F4_ZERO;
-        }
-#pragma unroll 4
-        for (int x = tid; x < C * d4; x += blockDim.x) {
-            int j = x % C, c = x / C;
-            float4 k = j < n ? reinterpret_cast<const float4 *>(
-                                   qk + ((int64_t)(r0 + j) * 2 + 1) * kd +
-                                   kh * dk)[c]
-                             : Q35_F4_ZERO;
-            float ej = sE[j];
-            sKt[(4 * c) * Q35_WY_KT + j] = __fmul_rn(k.x, ej);
-            sKt[(4 * c + 1) * Q35_WY_KT + j] = __fmul_rn(k.y, ej);
-            sKt[(4 * c + 2) * Q35_WY_KT + j] = __fmul_rn(k.z, ej);
-            sKt[(4 * c + 3) * Q35_WY_KT + j] = __fmul_rn(k.w, ej);
+        // Q rows; K^T rows scaled by e^(G_n - G_j) (a lane per key); the
+        // loads all in flight first
+        {
+            float4 rq[Q35_AP_X], rk[Q35_AP_X];
+#pragma unroll
+            for (int u = 0; u < Q35_AP_X; u++) {
+                int x = tid + u * 256;
+                int i = x / d4, c = x % d4, j = x % C, ck = x / C;
+                if (x < C * d4) {
+                    rq[u] = i < n ? reinterpret_cast<const float4 *>(
+                                        qk + ((int64_t)(r0 + i) * 2) * kd +
+                                        kh * dk)[c]
+                                  : Q35_F4_ZERO;
+                    rk[u] = j < n ? reinterpret_cast<const float4 *>(
+                                        qk + ((int64_t)(r0 + j) * 2 + 1) * kd +
+                                        kh * dk)[ck]
+                                  : Q35_F4_ZERO;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < Q35_AP_X; u++) {
+                int x = tid + u * 256, j = x % C, c = x / C;
+                if (x < C * d4) {
+                    reinterpret_cast<float4 *>(sX)[x] = rq[u];
+                    float4 k = rk[u];
+                    float ej = sE[j];
+                    sKt[(4 * c) * Q35_WY_KT + j] = __fmul_rn(k.x, ej);
+                    sKt[(4 * c + 1) * Q35_WY_KT + j] = __fmul_rn(k.y, ej);
+                    sKt[(4 * c + 2) * Q35_WY_KT + j] = __fmul_rn(k.z, ej);
+                    sKt[(4 * c + 3) * Q35_WY_KT + j] = __fmul_rn(k.w, ej);
+                }
+            }
         }
         __syncthreads();
         // O = e^G Q S + M V' (M is zero above its diagonal)
@@ -400,23 +431,52 @@ extern "C" __global__ void __launch_bounds__(256)
     }
 }
 
-// The gated RMSNorm of a chunk's outputs, in place: block (row, value
-// head) of dv threads (up to 1024), o_j = (w_j * (o_j * r)) * silu(z_j), r
-// = 1 / sqrtf(mean(o^2) + eps), as q35_gdn_rec.
+// The gated RMSNorm of a chunk's outputs, in place: block (row, group of 8
+// value heads) of 8 warps, a warp per head, o_j = (w_j * (o_j * r)) *
+// silu(z_j), r = 1 / sqrtf(mean(o^2) + eps) as q35_gdn_rec (its sum over
+// the lanes' float4s, then the butterfly: a prompt chunk's own order). dv
+// a multiple of 4.
 extern "C" __global__ void q35_gdnc_norm(float *o, const float *z, int ldz,
                                          const float *gnorm,
                                          const q35_gpu_stream *streams,
                                          int si, int Hv, int dv, float eps)
 {
     Q35_PDL_ENTER();
-    __shared__ float red[32];
     const q35_gpu_stream st = streams[si];
-    int row = st.first + blockIdx.x, h = blockIdx.y, j = threadIdx.x;
-    int64_t at = (int64_t)row * Hv * dv + h * dv + j;
-    float oj = j < dv ? o[at] : 0.0f;
-    float ss = q35_block_sum(__fmul_rn(oj, oj), red);
-    float r = 1.0f / sqrtf(ss / (float)dv + eps);
-    if (j < dv)
-        o[at] = __fmul_rn(__fmul_rn(gnorm[j], __fmul_rn(oj, r)),
-                          q35_silu(z[(int64_t)row * ldz + h * dv + j]));
+    int row = st.first + blockIdx.x, lane = threadIdx.x & 31;
+    int h = blockIdx.y * 8 + (threadIdx.x >> 5);
+    if (h >= Hv)
+        return;
+    float4 *o4 = reinterpret_cast<float4 *>(o + ((int64_t)row * Hv + h) * dv);
+    const float4 *z4 = reinterpret_cast<const float4 *>(
+        z + (int64_t)row * ldz + (int64_t)h * dv);
+    // (z4 is read only when ldz % 4 == 0)
+    const float4 *g4 = reinterpret_cast<const float4 *>(gnorm);
+    int n4 = dv / 4;
+    float ss = 0.0f;
+    for (int f = lane; f < n4; f += 32) {
+        float4 v = o4[f];
+        ss = fmaf(v.x, v.x, ss);
+        ss = fmaf(v.y, v.y, ss);
+        ss = fmaf(v.z, v.z, ss);
+        ss = fmaf(v.w, v.w, ss);
+    }
+    float r = 1.0f / sqrtf(q35_warp_sum(ss) / (float)dv + eps);
+    if (ldz & 3) {
+        // z rows not 16-byte aligned: a column at a time
+        float *of = reinterpret_cast<float *>(o4);
+        const float *zf = z + (int64_t)row * ldz + (int64_t)h * dv;
+        for (int j = lane; j < dv; j += 32)
+            of[j] = __fmul_rn(__fmul_rn(gnorm[j], __fmul_rn(of[j], r)),
+                              q35_silu(zf[j]));
+        return;
+    }
+    for (int f = lane; f < n4; f += 32) {
+        float4 v = o4[f], zz = z4[f], g = g4[f];
+        v.x = __fmul_rn(__fmul_rn(g.x, __fmul_rn(v.x, r)), q35_silu(zz.x));
+        v.y = __fmul_rn(__fmul_rn(g.y, __fmul_rn(v.y, r)), q35_silu(zz.y));
+        v.z = __fmul_rn(__fmul_rn(g.z, __fmul_rn(v.z, r)), q35_silu(zz.z));
+        v.w = __fmul_rn(__fmul_rn(g.w, __fmul_rn(v.w, r)), q35_silu(zz.w));
+        o4[f] = v;
+    }
 }

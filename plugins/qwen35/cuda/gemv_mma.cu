@@ -59,20 +59,6 @@ __device__ __forceinline__ void q35_cluster_wait()
     asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
 }
 
-// A box of a 2-D tensor map at columns c, rows r into dst (1024-aligned
-// for the 128-byte swizzle), counted on bar.
-__device__ __forceinline__ void q35_tma2d(void *dst, const q35_tmap *map, int c,
-                                          int r, uint64_t *bar)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile."
-        "mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-            q35_smem_addr(dst)),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(r),
-        "r"(q35_smem_addr(bar))
-        : "memory");
-}
-
 __device__ __forceinline__ void q35_ldsm4(uint32_t addr, uint32_t *r)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, "

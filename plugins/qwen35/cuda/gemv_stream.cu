@@ -37,20 +37,13 @@ q35_slab_issue(const W *w, const W *w2, int64_t ra, int64_t rb, int cols,
     }
 }
 
-// The 8 consumer warps' own barrier (the producer has left).
-__device__ __forceinline__ void q35_consumers_sync()
-{
-    asm volatile("bar.sync 1, 256;" ::: "memory");
-}
-
 // Block of 288 threads: warps 0..7 consume, warp 8 produces. A stage holds S
 // = RPW rows (SwiGLU: RPW of w, then RPW of w2) by Q35_SLAB columns; ns of
 // them (at most NS) lie in dynamic shared memory, then the row's cols
 // activations. In a slab, consumer warp w takes part w % WPR (the slab's
 // chunks p, p + WPR, ...) of the stage rows w / WPR, w / WPR + 8 / WPR, ...
 // With nw, x is the residual stream and the RMSNorm is applied as
-// q35_gemv_body does (per-thread sums over 256 threads, then q35_block_sum's
-// order, then (x r) nw rounded per multiply).
+// q35_gemv_body applies it (q35_stage_row, q35_norm_rs).
 template <typename W, int RPW, bool GLU, int NS, int WPR>
 __device__ __forceinline__ void
 q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
@@ -70,8 +63,8 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
     // double: a group's part sums are read while the next group's are
     // written
     __shared__ float red[2][S][WPR];
-    __shared__ float bred[32];
-    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    __shared__ float bred[8];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t ra = (int64_t)rows * blockIdx.x / gridDim.x;
     int64_t rb = (int64_t)rows * (blockIdx.x + 1) / gridDim.x;
     int nsl = (cols + Q35_SLAB - 1) / Q35_SLAB;
@@ -95,25 +88,7 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
         return;
     }
     q35_pdl_wait();
-    const float *xr = x + (int64_t)t * ldx;
-    if (nw) {
-        float ss = 0.0f;
-        for (int i = tid; i < cols; i += 256)
-            ss = fmaf(xr[i], xr[i], ss);
-        ss = q35_warp_sum(ss);
-        if (lane == 0)
-            bred[warp] = ss;
-        q35_consumers_sync();
-        float s2 = lane < 8 ? bred[lane] : 0.0f;
-        s2 = q35_warp_sum(s2);
-        float r = 1.0f / sqrtf(s2 / (float)cols + eps);
-        for (int i = tid; i < cols; i += 256)
-            xs[i] = __fmul_rn(__fmul_rn(xr[i], r), nw[i]);
-    } else {
-        for (int i = tid; i < cols; i += 256)
-            xs[i] = xr[i];
-    }
-    q35_consumers_sync();
+    q35_stage_row(x + (int64_t)t * ldx, xs, cols, nw, eps, bred, q35_flat());
     int part = warp % WPR, row0 = warp / WPR;
     float acc[M];
 #pragma unroll
@@ -151,33 +126,11 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
         __syncwarp();
         if (lane == 0)
             q35_bar_arrive(&empty[st]);
-        if (s < nsl - 1)
-            continue;
-            // the group's last slab: part sums, then each row's parts in order
-#pragma unroll
-        for (int m = 0; m < M; m++) {
-            float v = q35_warp_sum(acc[m]);
-            if (lane == 0)
-                red[g & 1][row0 + m * G][part] = v;
-            acc[m] = 0.0f;
-        }
-        q35_consumers_sync();
-        if (tid < live) {
-            float v = red[g & 1][tid][0];
-            for (int q = 1; q < WPR; q++)
-                v = __fadd_rn(v, red[g & 1][tid][q]);
-            float *o = y + (int64_t)t * ldy + r0 + tid;
-            if (GLU) {
-                float v2 = red[g & 1][RPW + tid][0];
-                for (int q = 1; q < WPR; q++)
-                    v2 = __fadd_rn(v2, red[g & 1][RPW + tid][q]);
-                *o = __fmul_rn(q35_silu(v), v2);
-            } else if (mode == 1) {
-                *o = __fadd_rn(*o, v);
-            } else {
-                *o = v;
-            }
-        }
+        // the group's last slab: each row's parts in order
+        if (s == nsl - 1)
+            q35_ring_rows<M, G, WPR, RPW, GLU>(acc, red[g & 1], row0, part,
+                                               live, y + (int64_t)t * ldy + r0,
+                                               mode);
     }
 }
 

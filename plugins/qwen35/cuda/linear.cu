@@ -10,6 +10,7 @@
 // therefore depends on W[r] and x[t] alone, not on how many rows the launch
 // or its tile carries: a window's rows are bit for bit the one-row steps,
 // whatever else shares the round.
+#include "affine4.cuh"
 #include "common.cuh"
 
 #define Q35_TILE 8
@@ -236,15 +237,36 @@ q35_rows_finish(float (*acc)[NT], float (*red)[S][NT], int part, int wpr,
     }
 }
 
+// The RMSNorm factors of the tile's rows (cols % 4 == 0, blocks of 256
+// threads): r[k] = 1 / sqrtf(ss / cols + eps), ss summed per thread over
+// the float4s tid, tid + 256, ... (x, y, z, w in order; 4 loads a thread
+// in flight) and then over the block (q35_block_sum): q35_stage_row's
+// order.
+template <int NT>
+__device__ __forceinline__ void q35_norm_rs(const float *x, int ldx, int t0,
+                                            int nt, int cols, float eps,
+                                            float *rs, float *bred)
+{
+    for (int k = 0; k < NT; k++) {
+        float ss = k < nt ? q35_ss4(reinterpret_cast<const float4 *>(
+                                        x + (int64_t)(t0 + k) * ldx),
+                                    cols / 4)
+                          : 0.0f;
+        ss = q35_block_sum(ss, bred);
+        if (threadIdx.x == 0)
+            rs[k] = 1.0f / sqrtf(ss / (float)cols + eps);
+    }
+    __syncthreads();
+}
+
 // The streaming form for BF16 and F16 weights whose rows are a multiple of
 // 8 long: each warp takes RPW consecutive output rows (SwiGLU: RPW rows of
 // w and of w2), so each activation load feeds RPW weight rows, and keeps
 // the next chunks' weights in flight while it multiplies the current ones.
 // The first chunks are loaded before the wait for the kernel before (they
 // are weights, never written by a forward). With nw, x is the residual
-// stream and the kernel applies the RMSNorm itself: r[t] = 1 / sqrtf(ss /
-// cols + eps), ss summed per thread over columns tid, tid + 256, ... and
-// then over the block (q35_block_sum), x' = (x r) nw rounded per multiply.
+// stream and the kernel applies the RMSNorm itself: r[t] from q35_norm_rs,
+// x' = (x r) nw rounded per multiply.
 //
 // A row's sum is taken in the order of q35_linear_body for the same wpr
 // (wpr is the host's, from the weight's shape alone): lane chunks in column
@@ -290,20 +312,8 @@ q35_gemv_body(const W *w, const W *w2, const float *x, int ldx, float *y,
                             ? q35_ldw(Q35_WROW(j) + c0 + u * step)
                             : make_uint4(0, 0, 0, 0);
     q35_pdl_wait();
-    if (nw) {
-        for (int k = 0; k < NT; k++) {
-            float ss = 0.0f;
-            if (k < nt) {
-                const float *xr = x + (int64_t)(t0 + k) * ldx;
-                for (int i = threadIdx.x; i < cols; i += blockDim.x)
-                    ss = fmaf(xr[i], xr[i], ss);
-            }
-            ss = q35_block_sum(ss, bred);
-            if (threadIdx.x == 0)
-                rs[k] = 1.0f / sqrtf(ss / (float)cols + eps);
-        }
-        __syncthreads();
-    }
+    if (nw)
+        q35_norm_rs<NT>(x, ldx, t0, nt, cols, eps, rs, bred);
     float acc[S][NT];
 #pragma unroll
     for (int j = 0; j < S; j++)
@@ -365,22 +375,23 @@ Q35_GEMV(q35_gemv1_glu_f16, __half, 1, 2, true)
 Q35_GEMV(q35_gemv8_f16, __half, 8, Q35_GEMV8_RPW, false)
 Q35_GEMV(q35_gemv8_glu_f16, __half, 8, Q35_GEMV8_RPW / 2, true)
 
-// MLX affine 4-bit weights: q is [rows, cols / 8] words, element c of a row
-// in bits 4 (c % 8) of word c / 8; scales and biases [rows, cols / gsz] as
-// float32; w = scale * q + bias, rounded as the CPU path (a product, then a
-// sum). A lane takes 32 columns (16 bytes of q, inside one group) per
-// chunk, part p of wpr the chunks p, p + wpr, ... of its rows; a row's sum
-// is its columns in order per lane, the butterfly, the parts in order: the
-// same for any token count. The norm is not fused (x is ready).
+// MLX affine 4-bit weights (the device layout of gpu_kernels.h: the words,
+// then each row's (scale, bias) pairs). A lane takes 32 columns (16 bytes of
+// words, inside one group) per chunk, part p of wpr the chunks p, p + wpr,
+// ... of its rows; a row's sum is its chunks in column order per lane
+// (q35_q4_chunk), the butterfly, the parts in order: the same for any token
+// count, and in q35_q4s. With nw, x is the residual stream, normed as
+// q35_gemv_body norms it.
 template <int NT, int RPW, bool GLU>
 __device__ __forceinline__ void
-q35_q4_body(const uint32_t *q, const float *sc, const float *bi,
-            const uint32_t *q2, const float *sc2, const float *bi2,
-            const float *x, int ldx, float *y, int ldy, int rows, int cols,
-            int T, int mode, int wpr, int gsz)
+q35_q4_body(const uint32_t *q, const float *p, const uint32_t *q2,
+            const float *p2, const float *x, int ldx, float *y, int ldy,
+            int rows, int cols, int T, int mode, int wpr, int gsz,
+            const float *nw, float eps)
 {
     constexpr int S = GLU ? 2 * RPW : RPW;
     __shared__ float red[8][S][NT];
+    __shared__ float rs[NT], bred[32];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int part = warp % wpr;
     int r0 = (blockIdx.x * (8 / wpr) + warp / wpr) * RPW;
@@ -388,18 +399,21 @@ q35_q4_body(const uint32_t *q, const float *sc, const float *bi,
     int nt = min(NT, T - t0);
     q35_pdl_allow();
     int live = nt > 0 ? max(0, min(RPW, rows - r0)) : 0;
-    int wpr_row = cols / 8, G = cols / gsz;
-#define Q35_QROW(j) ((j) < RPW ? q + (int64_t)(r0 + (j)) * wpr_row              \
-                               : q2 + (int64_t)(r0 + (j) - RPW) * wpr_row)
-#define Q35_QOK(j)  (((j) < RPW ? (j) : (j) - RPW) < live)
+    int wrow = cols / 8, gp = q35_q4_gp(cols, gsz);
+    // a dead row reads row 0 (its sums are never stored)
+#define Q35_QR(j)  (Q35_QOK(j) ? r0 + ((j) < RPW ? (j) : (j) - RPW) : 0)
+#define Q35_QOK(j) (((j) < RPW ? (j) : (j) - RPW) < live)
     int step = 1024 * wpr;
     int c0 = part * 1024 + lane * 32;
     uint4 cur[S];
 #pragma unroll
     for (int j = 0; j < S; j++)
-        cur[j] = Q35_QOK(j) && c0 < cols ? q35_ldw(Q35_QROW(j) + c0 / 8)
-                                         : make_uint4(0, 0, 0, 0);
+        cur[j] = c0 < cols ? q35_ldw((j < RPW ? q : q2) +
+                                     (int64_t)Q35_QR(j) * wrow + c0 / 8)
+                           : make_uint4(0, 0, 0, 0);
     q35_pdl_wait();
+    if (nw)
+        q35_norm_rs<NT>(x, ldx, t0, nt, cols, eps, rs, bred);
     float acc[S][NT];
 #pragma unroll
     for (int j = 0; j < S; j++)
@@ -411,38 +425,65 @@ q35_q4_body(const uint32_t *q, const float *sc, const float *bi,
         bool more = c + step < cols;
 #pragma unroll
         for (int j = 0; j < S; j++)
-            nxt[j] = more && Q35_QOK(j) ? q35_ldw(Q35_QROW(j) + (c + step) / 8)
-                                        : make_uint4(0, 0, 0, 0);
-        float s[S], b[S];
+            nxt[j] = more ? q35_ldw((j < RPW ? q : q2) +
+                                    (int64_t)Q35_QR(j) * wrow + (c + step) / 8)
+                          : make_uint4(0, 0, 0, 0);
+        float2 pr[S];
 #pragma unroll
-        for (int j = 0; j < S; j++) {
-            int r = r0 + (j < RPW ? j : j - RPW);
-            int64_t gi = (int64_t)(Q35_QOK(j) ? r : 0) * G + c / gsz;
-            s[j] = __ldg((j < RPW ? sc : sc2) + gi);
-            b[j] = __ldg((j < RPW ? bi : bi2) + gi);
-        }
+        for (int j = 0; j < S; j++)
+            pr[j] = __ldg(reinterpret_cast<const float2 *>(j < RPW ? p : p2) +
+                          (int64_t)Q35_QR(j) * gp + c / gsz);
+        float d[S][NT], sx[NT];
+        // word by word (8 columns): each row's 8 weights once for the
+        // tile's tokens, each token's activations once for the S rows
 #pragma unroll
         for (int wd = 0; wd < 4; wd++) {
-            float wv[S][8];
+            float v[S][8];
 #pragma unroll
-            for (int j = 0; j < S; j++) {
-                uint32_t u = wd == 0   ? cur[j].x
-                             : wd == 1 ? cur[j].y
-                             : wd == 2 ? cur[j].z
-                                       : cur[j].w;
+            for (int j = 0; j < S; j++)
+                q35_q4_v8(wd == 0   ? cur[j].x
+                          : wd == 1 ? cur[j].y
+                          : wd == 2 ? cur[j].z
+                                    : cur[j].w,
+                          v[j]);
 #pragma unroll
-                for (int i = 0; i < 8; i++)
-                    wv[j][i] = __fadd_rn(
-                        __fmul_rn(s[j], (float)((u >> (4 * i)) & 15u)), b[j]);
+            for (int k = 0; k < NT; k++) {
+                if (k >= nt)
+                    break;
+                const float *xr = x + (int64_t)(t0 + k) * ldx + c + wd * 8;
+                float4 a = __ldg(reinterpret_cast<const float4 *>(xr));
+                float4 b = __ldg(reinterpret_cast<const float4 *>(xr + 4));
+                float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+                if (nw) {
+                    const float *g = nw + c + wd * 8;
+                    float4 ga = __ldg(reinterpret_cast<const float4 *>(g));
+                    float4 gb = __ldg(reinterpret_cast<const float4 *>(g + 4));
+                    float gv[8] = {ga.x, ga.y, ga.z, ga.w,
+                                   gb.x, gb.y, gb.z, gb.w};
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        xv[i] = __fmul_rn(__fmul_rn(xv[i], rs[k]), gv[i]);
+                }
+                sx[k] = q35_q4_xsum8(xv, wd, sx[k]);
+#pragma unroll
+                for (int j = 0; j < S; j++)
+                    d[j][k] =
+                        q35_q4_dot8(v[j], xv, wd == 0 ? 0.0f : d[j][k]);
             }
-            q35_tokens8<S, NT>(wv, x, ldx, t0, nt, c + wd * 8, nullptr,
-                               nullptr, acc);
+        }
+#pragma unroll
+        for (int k = 0; k < NT; k++) {
+            if (k >= nt)
+                break;
+#pragma unroll
+            for (int j = 0; j < S; j++)
+                acc[j][k] = q35_q4_end(pr[j], d[j][k], sx[k], acc[j][k]);
         }
 #pragma unroll
         for (int j = 0; j < S; j++)
             cur[j] = nxt[j];
     }
-#undef Q35_QROW
+#undef Q35_QR
 #undef Q35_QOK
     q35_rows_finish<S, NT, RPW, GLU>(acc, red, part, wpr, r0, rows, t0, nt, y,
                                      ldy, mode);
@@ -450,13 +491,13 @@ q35_q4_body(const uint32_t *q, const float *sc, const float *bi,
 
 #define Q35_Q4(name, NT, RPW, GLU)                                             \
     extern "C" __global__ void __launch_bounds__(256) name(                    \
-        const uint32_t *q, const float *sc, const float *bi,                   \
-        const uint32_t *q2, const float *sc2, const float *bi2,                \
-        const float *x, int ldx, float *y, int ldy, int rows, int cols, int T, \
-        int mode, int wpr, int gsz)                                            \
+        const uint32_t *q, const float *p, const uint32_t *q2,                 \
+        const float *p2, const float *x, int ldx, float *y, int ldy, int rows, \
+        int cols, int T, int mode, int wpr, int gsz, const float *nw,          \
+        float eps)                                                             \
     {                                                                          \
-        q35_q4_body<NT, RPW, GLU>(q, sc, bi, q2, sc2, bi2, x, ldx, y, ldy,     \
-                                  rows, cols, T, mode, wpr, gsz);              \
+        q35_q4_body<NT, RPW, GLU>(q, p, q2, p2, x, ldx, y, ldy, rows, cols, T, \
+                                  mode, wpr, gsz, nw, eps);                    \
     }
 
 Q35_Q4(q35_q4_1, 1, 4, false)

@@ -1,0 +1,186 @@
+// The one-row product y = W x for MLX affine 4-bit weights (the device
+// layout of gpu_kernels.h), the words and group pairs streamed through
+// shared memory by tensor-map boxes: a producer warp keeps a ring of stages
+// (one 1024-column chunk of 32 rows each) in flight for 8 consumer warps,
+// each block an equal run of whole 8-row boxes. Each lane takes its 32
+// columns of a chunk for 4 to 32 rows, so one read of the activations
+// serves several rows. A row is summed as q35_q4_body sums it for the same
+// wpr (each lane's chunks of its part in column order through
+// q35_q4_chunk, the butterfly, the parts in part order), and the norm is
+// q35_gemv_body's: a one-row step and the rows of a window give the same
+// bits.
+#include "affine4.cuh"
+#include "bulk.cuh"
+#include "common.cuh"
+
+#define Q35_Q4S_NBOX (Q35_Q4S_ROWS / Q35_Q4S_BOX)
+
+// Unit i of a block: row group g = i / nch (Q35_Q4S_ROWS rows, SwiGLU half
+// of w then half of w2), chunk k = i % nch; thread 0 loads its live boxes
+// of words (8 rows of 512 bytes) then of pairs into stage i % ns.
+template <bool GLU>
+__device__ __forceinline__ void
+q35_q4s_issue(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
+              const q35_tmap *pm2, int64_t ra, int64_t rb, int nch, int pc,
+              int i, unsigned char *stage, uint64_t *bar)
+{
+    constexpr int RPW = GLU ? Q35_Q4S_ROWS / 2 : Q35_Q4S_ROWS;
+    int g = i / nch, k = i % nch;
+    int r0 = (int)(ra + (int64_t)g * RPW);
+    int live = (int)min((int64_t)RPW, rb - r0);
+    int nb = (live + Q35_Q4S_BOX - 1) / Q35_Q4S_BOX;
+    uint32_t pbox = (uint32_t)(Q35_Q4S_BOX * pc * 8);
+    unsigned char *ps = stage + Q35_Q4S_ROWS * 512;
+    q35_bar_expect(bar, (4096u + pbox) * (uint32_t)nb * (GLU ? 2u : 1u));
+    for (int b = 0; b < nb; b++) {
+        int r = r0 + b * Q35_Q4S_BOX;
+        q35_tma2d(stage + b * 4096, qm, k * 128, r, bar);
+        q35_tma2d(ps + b * pbox, pm, k * pc, r, bar);
+        if (GLU) {
+            constexpr int H = Q35_Q4S_NBOX / 2;
+            q35_tma2d(stage + (H + b) * 4096, qm2, k * 128, r, bar);
+            q35_tma2d(ps + (H + b) * pbox, pm2, k * pc, r, bar);
+        }
+    }
+}
+
+// Block of 288 threads: warps 0..7 consume, warp 8 produces. A stage holds
+// S = Q35_Q4S_ROWS rows of one chunk (SwiGLU: RPW of w, then RPW of w2):
+// their words (512 bytes a row), then their pairs; ns stages, then the
+// row's activations (each 32-column chunk rotated, q35_swz32) and the
+// chunks' sums. Chunk k is part k % WPR's: consumer warp w takes it when w
+// % WPR is that part, for the stage rows w / WPR, w / WPR + 8 / WPR, ...
+template <bool GLU, int NS, int WPR>
+__device__ __forceinline__ void
+q35_q4s_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
+             const q35_tmap *pm2, const float *x, float *y, int rows,
+             int cols, int gsz, int mode, const float *nw, float eps, int ns)
+{
+    constexpr int S = Q35_Q4S_ROWS;
+    constexpr int RPW = GLU ? S / 2 : S;
+    constexpr int G = 8 / WPR; // warps of a part
+    constexpr int M = S / G;   // stage rows per warp
+    extern __shared__ __align__(128) unsigned char q35_dyn[];
+    int sb = q35_q4s_stage(gsz), pc = 1024 / gsz;
+    float *xs = reinterpret_cast<float *>(q35_dyn + (int64_t)ns * sb);
+    float *sx = xs + cols;
+    __shared__ __align__(8) uint64_t full[NS], empty[NS];
+    __shared__ float red[2][S][WPR];
+    __shared__ float bred[8];
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    // whole boxes per block: 8-row units split evenly
+    int64_t units = (rows + Q35_Q4S_BOX - 1) / Q35_Q4S_BOX;
+    int64_t ra = units * blockIdx.x / gridDim.x * Q35_Q4S_BOX;
+    int64_t rb = min((int64_t)rows,
+                     units * (blockIdx.x + 1) / gridDim.x * Q35_Q4S_BOX);
+    int nch = (cols + 1023) / 1024;
+    int ng = (int)((rb - ra + RPW - 1) / RPW);
+    int nu = ng * nch;
+    q35_pdl_allow();
+    q35_ring_init(full, empty, ns, 8);
+    if (warp == 8) {
+        // weights only: no wait for the kernel before
+        if (lane == 0) {
+            asm volatile("prefetch.tensormap [%0];" ::"l"(
+                             reinterpret_cast<uint64_t>(qm))
+                         : "memory");
+            asm volatile("prefetch.tensormap [%0];" ::"l"(
+                             reinterpret_cast<uint64_t>(pm))
+                         : "memory");
+            for (int i = 0; i < nu; i++) {
+                int st = i % ns;
+                if (i >= ns)
+                    q35_bar_wait(&empty[st], (uint32_t)(i / ns - 1) & 1u);
+                q35_q4s_issue<GLU>(qm, pm, qm2, pm2, ra, rb, nch, pc, i,
+                                   q35_dyn + (int64_t)st * sb, &full[st]);
+            }
+        }
+        return;
+    }
+    q35_pdl_wait();
+    q35_stage_row(x, xs, cols, nw, eps, bred, q35_swz32());
+    // each chunk's sum in column order, as q35_q4_xsum8 takes it
+    for (int L = tid; L < cols / 32; L += 256) {
+        float v = 0.0f;
+#pragma unroll
+        for (int f = 0; f < 8; f++) {
+            float4 a = *reinterpret_cast<const float4 *>(
+                xs + L * 32 + ((f ^ (L & 7)) << 2));
+            v = f == 0 ? a.x : __fadd_rn(v, a.x);
+            v = __fadd_rn(__fadd_rn(__fadd_rn(v, a.y), a.z), a.w);
+        }
+        sx[L] = v;
+    }
+    q35_consumers_sync();
+    int part = warp % WPR, row0 = warp / WPR;
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; m++)
+        acc[m] = 0.0f;
+    for (int i = 0; i < nu; i++) {
+        int st = i % ns, g = i / nch, k = i % nch;
+        int64_t r0 = ra + (int64_t)g * RPW;
+        int live = (int)min((int64_t)RPW, rb - r0);
+        int c = k * 1024 + lane * 32;
+        q35_bar_wait(&full[st], (uint32_t)(i / ns) & 1u);
+        if (k % WPR == part && c < cols) {
+            const unsigned char *sg = q35_dyn + (int64_t)st * sb;
+            const unsigned char *sp = sg + S * 512 + lane * 32 / gsz * 8;
+            int L = c >> 5;
+            float xv[32];
+#pragma unroll
+            for (int f = 0; f < 8; f++) {
+                float4 a = *reinterpret_cast<const float4 *>(
+                    xs + L * 32 + ((f ^ (L & 7)) << 2));
+                xv[4 * f] = a.x, xv[4 * f + 1] = a.y;
+                xv[4 * f + 2] = a.z, xv[4 * f + 3] = a.w;
+            }
+            float sxv = sx[L];
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                int j = row0 + m * G;
+                if ((j < RPW ? j : j - RPW) >= live)
+                    continue;
+                uint4 u = *reinterpret_cast<const uint4 *>(sg + j * 512 +
+                                                           lane * 16);
+                float2 pr =
+                    *reinterpret_cast<const float2 *>(sp + j * pc * 8);
+                acc[m] = q35_q4_chunk(u, pr, xv, sxv, acc[m]);
+            }
+        }
+        __syncwarp();
+        if (lane == 0)
+            q35_bar_arrive(&empty[st]);
+        if (k == nch - 1)
+            q35_ring_rows<M, G, WPR, RPW, GLU>(acc, red[g & 1], row0, part,
+                                               live, y + r0, mode);
+    }
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define Q35_Q4S_SM90(...)
+#else
+#define Q35_Q4S_SM90(...) __VA_ARGS__
+#endif
+
+#define Q35_Q4S(name, GLU, WPR)                                                \
+    extern "C" __global__ void __launch_bounds__(288)                          \
+        name(const __grid_constant__ q35_tmap qm,                              \
+             const __grid_constant__ q35_tmap pm,                              \
+             const __grid_constant__ q35_tmap qm2,                             \
+             const __grid_constant__ q35_tmap pm2, const float *x, float *y,   \
+             int rows, int cols, int gsz, int mode, const float *nw,           \
+             float eps, int ns)                                                \
+    {                                                                          \
+        Q35_Q4S_SM90(q35_q4s_body<GLU, Q35_Q4S_NS, WPR>(                       \
+            &qm, &pm, &qm2, &pm2, x, y, rows, cols, gsz, mode, nw, eps, ns));  \
+    }
+
+Q35_Q4S(q35_q4s1, false, 1)
+Q35_Q4S(q35_q4s2, false, 2)
+Q35_Q4S(q35_q4s4, false, 4)
+Q35_Q4S(q35_q4s8, false, 8)
+Q35_Q4S(q35_q4s1_glu, true, 1)
+Q35_Q4S(q35_q4s2_glu, true, 2)
+Q35_Q4S(q35_q4s4_glu, true, 4)
+Q35_Q4S(q35_q4s8_glu, true, 8)
