@@ -179,6 +179,84 @@ extern "C" __global__ void __launch_bounds__(512)
     q35_gdn_store(s, S, dk, dv, sh);
 }
 
+// A row's inputs that need nothing computed, which q35_gdn_rec4 loads one
+// row ahead: v and z of this thread's column, the raw q and k of the key
+// head (warp u < 2 of the block holds q for u = 0, k for u = 1, dk / 32
+// values a lane; a one-warp block holds both), a and b (thread 0), the
+// row's log index.
+struct q35_gdn_in {
+    float v, zv, a, b;
+    float qk[2][8];
+    int li;
+};
+
+__device__ __forceinline__ void
+q35_gdn_fetch(q35_gdn_in &in, const float *y, int cd, const float *z,
+              int ldz, const float *a, const float *b, int ldab,
+              const q35_gpu_row *rows, int row, int kd, int kh, int dk, int dv,
+              int h, int j, bool on, bool out)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int nw = (blockDim.x + 31) >> 5;
+    const float *yr = y + (int64_t)row * cd;
+    in.v = on ? yr[2 * kd + h * dv + j] : 0.0f;
+    in.zv = out ? z[(int64_t)row * ldz + h * dv + j] : 0.0f;
+    in.li = rows[row].log;
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        int u = warp + q * nw;
+        if (u >= 2)
+            break;
+        const float *x = yr + (int64_t)u * kd + (int64_t)kh * dk;
+#pragma unroll
+        for (int m = 0; m < 8; m++) {
+            int i = lane + 32 * m;
+            in.qk[q][m] = i < dk ? x[i] : 0.0f;
+        }
+    }
+    if (threadIdx.x == 0) {
+        in.a = a[(int64_t)row * ldab + h];
+        in.b = b[(int64_t)row * ldab + h];
+    }
+}
+
+// q35_gdn_prep_row from a row's fetched inputs, the same operations in
+// the same order (q35_qk_norm's per lane, then the butterfly).
+__device__ __forceinline__ void
+q35_gdn_prep_in(const q35_gdn_in &in, int dk, int h, const float *neg_a,
+                const float *dt_bias, float (*sqk)[256], float *db)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int nw = (blockDim.x + 31) >> 5;
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        int u = warp + q * nw;
+        if (u >= 2)
+            break;
+        float ss = 0.0f;
+#pragma unroll
+        for (int m = 0; m < 8; m++)
+            if (lane + 32 * m < dk)
+                ss = fmaf(in.qk[q][m], in.qk[q][m], ss);
+        ss = q35_warp_sum(ss);
+        float r = 1.0f / sqrtf(ss + 1e-6f);
+        float qscale = 1.0f / sqrtf((float)dk);
+#pragma unroll
+        for (int m = 0; m < 8; m++) {
+            int i = lane + 32 * m;
+            if (i < dk) {
+                float n = __fmul_rn(in.qk[q][m], r);
+                sqk[u][i] = u == 0 ? __fmul_rn(n, qscale) : n;
+            }
+        }
+    }
+    if (threadIdx.x == 0) {
+        float av = __fadd_rn(in.a, dt_bias[h]);
+        db[0] = expf(__fmul_rn(neg_a[h], q35_softplus(av)));
+        db[1] = q35_sigmoid(in.b);
+    }
+}
+
 // q35_gdn_rec split over a cluster of Q35_GDN_CTAS blocks per value head
 // (sm_90): block c of the cluster takes value columns [32c, 32c + 32), so a
 // head's 64 KiB of state is read and written by 4 SMs instead of one. The
@@ -187,7 +265,8 @@ extern "C" __global__ void __launch_bounds__(512)
 // in q35_gdn_rec: each 32-column group's butterfly, then the group sums
 // (lanes 0..3, zeros above) through the same butterfly, so both kernels
 // give the same bits. Block (P * 32 threads), grid (Hv * Q35_GDN_CTAS,
-// streams); every per-row load that needs nothing computed is issued first.
+// streams); every per-row load that needs nothing computed is issued a row
+// ahead (q35_gdn_fetch).
 // Clusters are sm_90's; the host launches this kernel only there, and older
 // targets compile it empty.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -235,19 +314,24 @@ extern "C" __global__ void Q35_GDN_CLUSTER __launch_bounds__(Q35_GDN_PART * 8)
     float s[Q35_GDN_PART];
     q35_gdn_load(s, S, dk, dv, sh);
     bool out = sh.on && sh.p == 0;
+    float gv = out ? gnorm[j] : 0.0f;
+    // each row's inputs are loaded while the row before is computed
+    q35_gdn_in cur, nxt;
+    if (st.count > 0)
+        q35_gdn_fetch(cur, y, cd, z, ldz, a, b, ldab, rows, st.first, kd, kh,
+                      dk, dv, h, j, sh.on, out);
     for (int k = 0; k < st.count; k++) {
         int row = st.first + k;
-        const float *yr = y + (int64_t)row * cd;
-        float v = sh.on ? yr[2 * kd + h * dv + j] : 0.0f;
-        float zv = out ? z[(int64_t)row * ldz + h * dv + j] : 0.0f;
-        float gv = out ? gnorm[j] : 0.0f;
-        int li = rows[row].log;
+        if (k + 1 < st.count)
+            q35_gdn_fetch(nxt, y, cd, z, ldz, a, b, ldab, rows, row + 1, kd,
+                          kh, dk, dv, h, j, sh.on, out);
+        float v = cur.v, zv = cur.zv;
+        int li = cur.li;
         if (k == st.snap_row)
             q35_gdn_store(s, reinterpret_cast<float *>(st.snap_state) + hoff,
                           dk, dv, sh);
         __syncthreads();
-        q35_gdn_prep_row(yr, kd, kh, dk, a, b, ldab, row, h, neg_a,
-                         dt_bias, sqk, db);
+        q35_gdn_prep_in(cur, dk, h, neg_a, dt_bias, sqk, db);
         __syncthreads();
         if (li >= 0) {
             float *log = reinterpret_cast<float *>(st.log) +
@@ -277,6 +361,7 @@ extern "C" __global__ void Q35_GDN_CLUSTER __launch_bounds__(Q35_GDN_PART * 8)
             int64_t at = (int64_t)row * vd + h * dv + j;
             o[at] = __fmul_rn(__fmul_rn(gv, __fmul_rn(oj, r)), q35_silu(zv));
         }
+        cur = nxt;
     }
     q35_gdn_store(s, S, dk, dv, sh);
     // no block leaves while another may read its gss
