@@ -429,7 +429,11 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
         if (g->gdn_rec4) {
             gx = (unsigned)(Hv * Q35_GDN_CTAS);
             bx = (unsigned)((dk + 31) / 32 * 32);
-            f = g->fn.gdn_rec4;
+            /* loads a row ahead for windows and for rounds whose blocks
+             * fit in one wave at 2 an SM; else the form that fits 4 an SM
+             * (the same bits either way) */
+            int wave = (int64_t)gx * R->ns <= 2 * (int64_t)g->cu->sm_count;
+            f = R->T > R->ns || wave ? g->fn.gdn_rec4 : g->fn.gdn_rec4m;
         }
         loom_status st = q35_gpu_launch(g, f, gx, (unsigned)R->ns, bx, 0, a,
                                         "q35_gdn_rec", R->err);

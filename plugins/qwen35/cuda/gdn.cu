@@ -274,13 +274,14 @@ q35_gdn_prep_in(const q35_gdn_in &in, int dk, int h, const float *neg_a,
 #else
 #define Q35_GDN_CLUSTER __cluster_dims__(Q35_GDN_CTAS, 1, 1)
 #endif
-extern "C" __global__ void Q35_GDN_CLUSTER __launch_bounds__(Q35_GDN_PART * 8)
-    q35_gdn_rec4(const float *y, const float *z, float *o, const float *a,
-                 const float *b, int ldab, const float *neg_a,
-                 const float *dt_bias, const float *gnorm,
-                 const q35_gpu_stream *streams, const q35_gpu_row *rows,
-                 int slot, int Hk, int Hv, int dk, int dv, float eps, int ldz,
-                 int n_lin, q35_gpu_log lay)
+template <bool AHEAD>
+__device__ __forceinline__ void
+q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
+                  const float *b, int ldab, const float *neg_a,
+                  const float *dt_bias, const float *gnorm,
+                  const q35_gpu_stream *streams, const q35_gpu_row *rows,
+                  int slot, int Hk, int Hv, int dk, int dv, float eps, int ldz,
+                  int n_lin, q35_gpu_log lay)
 {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
@@ -315,23 +316,35 @@ extern "C" __global__ void Q35_GDN_CLUSTER __launch_bounds__(Q35_GDN_PART * 8)
     q35_gdn_load(s, S, dk, dv, sh);
     bool out = sh.on && sh.p == 0;
     float gv = out ? gnorm[j] : 0.0f;
-    // each row's inputs are loaded while the row before is computed
+    // AHEAD: each row's inputs are loaded while the row before is computed
     q35_gdn_in cur, nxt;
-    if (st.count > 0)
+    if (AHEAD && st.count > 0)
         q35_gdn_fetch(cur, y, cd, z, ldz, a, b, ldab, rows, st.first, kd, kh,
                       dk, dv, h, j, sh.on, out);
     for (int k = 0; k < st.count; k++) {
         int row = st.first + k;
-        if (k + 1 < st.count)
-            q35_gdn_fetch(nxt, y, cd, z, ldz, a, b, ldab, rows, row + 1, kd,
-                          kh, dk, dv, h, j, sh.on, out);
-        float v = cur.v, zv = cur.zv;
-        int li = cur.li;
+        const float *yr = y + (int64_t)row * cd;
+        float v, zv;
+        int li;
+        if (AHEAD) {
+            if (k + 1 < st.count)
+                q35_gdn_fetch(nxt, y, cd, z, ldz, a, b, ldab, rows, row + 1,
+                              kd, kh, dk, dv, h, j, sh.on, out);
+            v = cur.v, zv = cur.zv, li = cur.li;
+        } else {
+            v = sh.on ? yr[2 * kd + h * dv + j] : 0.0f;
+            zv = out ? z[(int64_t)row * ldz + h * dv + j] : 0.0f;
+            li = rows[row].log;
+        }
         if (k == st.snap_row)
             q35_gdn_store(s, reinterpret_cast<float *>(st.snap_state) + hoff,
                           dk, dv, sh);
         __syncthreads();
-        q35_gdn_prep_in(cur, dk, h, neg_a, dt_bias, sqk, db);
+        if (AHEAD)
+            q35_gdn_prep_in(cur, dk, h, neg_a, dt_bias, sqk, db);
+        else
+            q35_gdn_prep_row(yr, kd, kh, dk, a, b, ldab, row, h, neg_a,
+                             dt_bias, sqk, db);
         __syncthreads();
         if (li >= 0) {
             float *log = reinterpret_cast<float *>(st.log) +
@@ -361,13 +374,36 @@ extern "C" __global__ void Q35_GDN_CLUSTER __launch_bounds__(Q35_GDN_PART * 8)
             int64_t at = (int64_t)row * vd + h * dv + j;
             o[at] = __fmul_rn(__fmul_rn(gv, __fmul_rn(oj, r)), q35_silu(zv));
         }
-        cur = nxt;
+        if (AHEAD)
+            cur = nxt;
     }
     q35_gdn_store(s, S, dk, dv, sh);
     // no block leaves while another may read its gss
     cl.sync();
 #endif
 }
+
+// Two forms of the same steps, chosen by the host from the round's shape:
+// loads a row ahead with registers to spare (for windows, and rounds of one
+// or two streams: one wave of blocks), and loads at each row in at most 128
+// registers (4 blocks of 128 threads an SM, for many streams of a row each;
+// the state spills a little).
+#define Q35_GDN_REC4(name, AHEAD, MINB)                                        \
+    extern "C" __global__ void Q35_GDN_CLUSTER                                 \
+    __launch_bounds__(Q35_GDN_PART * 8, MINB)                                  \
+        name(const float *y, const float *z, float *o, const float *a,         \
+             const float *b, int ldab, const float *neg_a,                     \
+             const float *dt_bias, const float *gnorm,                         \
+             const q35_gpu_stream *streams, const q35_gpu_row *rows, int slot, \
+             int Hk, int Hv, int dk, int dv, float eps, int ldz, int n_lin,    \
+             q35_gpu_log lay)                                                  \
+    {                                                                          \
+        q35_gdn_rec4_body<AHEAD>(y, z, o, a, b, ldab, neg_a, dt_bias, gnorm,   \
+                                 streams, rows, slot, Hk, Hv, dk, dv, eps,     \
+                                 ldz, n_lin, lay);                             \
+    }
+Q35_GDN_REC4(q35_gdn_rec4, true, 1)
+Q35_GDN_REC4(q35_gdn_rec4m, false, 2)
 
 // commit(kept) on one cache: each GDN layer's state restarts from its
 // snapshot and takes the first `kept` logged steps. Block (value head,
