@@ -156,6 +156,10 @@ typedef struct q35_gpu {
      * conversion */
     loom_cu_ptr xb_src;
     int xb_cols, xb_ld;
+    /* set by the caller of a SwiGLU product when the product after it
+     * reads xb (a prompt chunk's tensor cores): the SwiGLU may then leave
+     * its float rows unwritten */
+    int xb_next;
     /* per-round host tables (the rows by stream are m->plan's) */
     int32_t *dev_of; /* [max_rows] round row -> device row */
     int32_t *maps;   /* the output maps, grown with the taps */

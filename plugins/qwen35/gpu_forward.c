@@ -257,11 +257,12 @@ static loom_status q35_lin_gemm(const q35_run *R, const q35_gpu_lin *w,
         return st;
     int rows = w->rows;
     /* 4 columns a thread where rows and ldy allow it (q35_swiglu). With one
-     * chunk in the round the next product (down) reads this chunk's
-     * output from xb, where it goes in BF16 alone; with more, xb is
-     * another chunk's by then and the output goes to y */
+     * chunk in the round, when the next product (down) takes tensor
+     * cores too (xb_next), it reads this chunk's output from xb, where it
+     * goes in BF16 alone; else the output goes to y (with more chunks xb
+     * is another chunk's by then) */
     int per = (rows | ldy) & 3 ? 256 : 1024;
-    loom_cu_ptr xo = g->n_pc == 1 ? xb : 0;
+    loom_cu_ptr xo = g->n_pc == 1 && g->xb_next ? xb : 0;
     Q35_LAUNCH(swiglu, (rows + per - 1) / per, n, 256, 0, &y, &up, &rows, &ldy,
                &xo);
     g->xb_src = xo ? y : 0;
@@ -466,7 +467,12 @@ static loom_status q35_gpu_mlp(const q35_run *R, q35_gpu_layer *L)
     const q35_geometry *G = &R->m->g;
     q35_gpu_scratch *s = &R->g->s;
     int T = R->T, H = (int)G->hidden, F = (int)G->ffn;
-    Q35_LIN(&L->gate, &L->up, s->h, H, s->big0, F, T, 2, 0, 0, L->post_norm);
+    R->g->xb_next = q35_gemm_fits(&L->down);
+    loom_status st = q35_lin(R, &L->gate, &L->up, s->h, H, s->big0, F, T, 2, 0,
+                             0, L->post_norm);
+    R->g->xb_next = 0;
+    if (st != LOOM_OK)
+        return st;
     Q35_LIN(&L->down, NULL, s->big0, F, s->h, H, T, 1, 0, 0, 0);
     return LOOM_OK;
 }
@@ -498,7 +504,12 @@ static loom_status q35_gpu_moe(const q35_run *R, q35_gpu_layer *L)
     }
     if (G->shared_ffn > 0) {
         int S = (int)G->shared_ffn;
-        Q35_LIN(&L->sh_gate, &L->sh_up, s->xn, H, s->big0, S, T, 2, 0, 0, 0);
+        R->g->xb_next = q35_gemm_fits(&L->sh_down);
+        loom_status sst = q35_lin(R, &L->sh_gate, &L->sh_up, s->xn, H, s->big0,
+                                  S, T, 2, 0, 0, 0);
+        R->g->xb_next = 0;
+        if (sst != LOOM_OK)
+            return sst;
         Q35_LIN(&L->sh_down, NULL, s->big0, S, s->gout, H, T, 0, 0, 0, 0);
         Q35_LIN(&L->sh_gate_w, NULL, s->xn, H, s->shg, 1, T, 0, 0, 0, 0);
         int k0 = 0;
