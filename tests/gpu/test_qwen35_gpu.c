@@ -720,11 +720,11 @@ END_TEST
 
 /* ---------------------------------------------------------------- affine */
 
-/* qwen35-tiny with every 2-D weight 64 columns or more wide (embedding,
- * projections) MLX affine-quantized to `bits`, in a temporary directory. */
-static const char *make_affine(int bits)
+/* Fixture t with every 2-D BF16 weight whose columns are a multiple of 64
+ * (embedding, projections) and whose name holds `only` (NULL: all) MLX
+ * affine-quantized to `bits`, in a temporary directory. */
+static const char *make_affine_of(const char *t, int bits, const char *only)
 {
-    const char *t = "models/qwen35-tiny";
     loom_st *st = NULL;
     loom_err err = {{0}};
     ck_assert_int_eq(loom_st_open_dir(fixture(t), &st, &err), LOOM_OK);
@@ -741,7 +741,7 @@ static const char *make_affine(int bits)
         e->data = x->data;
         e->nbytes = x->nbytes;
         if (x->ndim != 2 || x->shape[1] % 64 != 0 ||
-            x->dtype != LOOM_DTYPE_BF16)
+            x->dtype != LOOM_DTYPE_BF16 || (only && !strstr(x->name, only)))
             continue;
         int64_t rows = x->shape[0], cols = x->shape[1];
         uint32_t *q = malloc((size_t)(rows * cols * bits / 8));
@@ -787,6 +787,12 @@ static const char *make_affine(int bits)
     ck_assert_int_eq(json_dump_file(cfg, path, JSON_INDENT(1)), 0);
     json_decref(cfg);
     return dir;
+}
+
+/* qwen35-tiny, every such weight quantized. */
+static const char *make_affine(int bits)
+{
+    return make_affine_of("models/qwen35-tiny", bits, NULL);
 }
 
 /* A prompt chunk (LOOM_PROMPT_MIN_ROWS rows or more, no speculative row)
@@ -883,6 +889,17 @@ END_TEST
 START_TEST(prompt_chunk_tiny)
 {
     check_chunk(fixture("models/qwen35-tiny"), 0.5, 200, 0);
+}
+END_TEST
+
+/* The trained model with its down projections alone affine-4: in a prompt
+ * chunk gate and up take tensor cores and down the decode kernels, which
+ * read the SwiGLU's float rows (a SwiGLU writes its BF16 copy alone only
+ * for a down product on tensor cores). Held to TOL like the BF16 model. */
+START_TEST(prompt_chunk_affine_down)
+{
+    check_chunk(make_affine_of("../../models/kjv-qwen35", 4, "down_proj"), TOL,
+                2000, 0);
 }
 END_TEST
 
@@ -987,6 +1004,7 @@ int main(void)
     tcase_add_test(tc, device_view);
     tcase_add_test(tc, target_on_device);
     tcase_add_test(tc, affine4_matches_cpu);
+    tcase_add_test(tc, prompt_chunk_affine_down);
     tcase_add_test(tc, affine8_refused);
     tcase_add_test(tc, prompt_chunk_kjv);
     tcase_add_test(tc, prompt_chunk_tiny);
