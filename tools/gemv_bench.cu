@@ -7,20 +7,16 @@
 //        -o gemv_bench tools/gemv_bench.cu
 #include "linear.cu"
 #include "gemv_stream.cu"
+#include "bench_cuda.cuh"
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 #include <cstring>
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1);} } while (0)
 __global__ void fill(uint16_t *w, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed; h ^= h >> 13; h *= 0x5bd1e995; h ^= h >> 15;
+    uint32_t h = bench_mix((uint32_t)i * 2654435761u ^ seed);
     float f = ((h & 0xffff) / 65536.0f - 0.5f) * 0.05f; w[i] = (uint16_t)(__float_as_uint(f) >> 16); } }
 static int nsm;
-static void launch(const void *f, dim3 g, dim3 b, size_t smem, void **args, cudaStream_t s) {
-  cudaLaunchConfig_t c = {}; c.gridDim = g; c.blockDim = b; c.dynamicSmemBytes = smem; c.stream = s;
-  cudaLaunchAttribute at[1]; at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization; at[0].val.programmaticStreamSerializationAllowed = 1;
-  c.attrs = at; c.numAttrs = 1; CK(cudaLaunchKernelExC(&c, f, args)); }
 struct Shape { const char *name; int rows, cols; bool glu; };
 static uint16_t *W; static size_t WN; static float *X, *Y, *NW; static size_t woff;
 static const uint16_t *nextw(size_t n) { if (woff + n > WN) woff = 0; const uint16_t *p = W + woff; woff += (n + 127) / 128 * 128; return p; }
@@ -32,16 +28,16 @@ static void one(int kind, const Shape &s, const uint16_t *w, const uint16_t *w2,
   int ldx = s.cols, ldy = s.rows, rows = s.rows, cols = s.cols, mode = s.glu ? 2 : 0; float eps = 1e-6f;
   const int *sel = nullptr; int sel_stride = 0; long long estride = 0; int wpr = q35_wpr(rows, cols);
   if (kind == 1) {
-    int k = wpr == 1 ? 0 : wpr == 2 ? 1 : wpr == 4 ? 2 : 3; int nb = nsm * Q35_GEMVS_BPS; if (nb > rows) nb = rows;
+    int k = q35_wpr_kind(wpr); int nb = nsm * Q35_GEMVS_BPS; if (nb > rows) nb = rows;
     int nsg = q35_gemvs_stages(cols);
     if (nsg < 2) { printf("no gemvs for %s\n", s.name); return; }
     void *a[] = {&w, &w2, &X, &ldx, &Y, &ldy, &rows, &cols, &mode, &nw, &eps, &nsg};
-    launch(gs[s.glu][k], dim3(nb, T), dim3(288), nsg * Q35_GEMVS_STAGE + cols * 4, a, st);
+    bench_launch(gs[s.glu][k], dim3(nb, T), dim3(288), nsg * Q35_GEMVS_STAGE + cols * 4, a, st);
   } else {
     int rpw = kind == 2 ? (s.glu ? 2 : 4) : (s.glu ? 2 : 4); long warps = (long)(rows + rpw - 1) / rpw * wpr; int nt = kind == 2 ? 8 : 1;
     void *a[] = {&w, &w2, &X, &ldx, &Y, &ldy, &rows, &cols, &T, &mode, &sel, &sel_stride, &estride, &wpr, &nw, &eps};
     const void *f = kind == 2 ? (s.glu ? (const void *)q35_gemv8_glu_bf16 : (const void *)q35_gemv8_bf16) : (s.glu ? (const void *)q35_gemv1_glu_bf16 : (const void *)q35_gemv1_bf16);
-    launch(f, dim3((warps + 7) / 8, (T + nt - 1) / nt), dim3(256), 0, a, st);
+    bench_launch(f, dim3((warps + 7) / 8, (T + nt - 1) / nt), dim3(256), 0, a, st);
   }
 }
 int main() {

@@ -14,21 +14,13 @@
 #include "gemv_mma.cu"
 #include "gemv_stream.cu"
 #include "linear.cu"
-#include <cuda.h>
+#include "bench_cuda.cuh"
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                  \
-    do {                                                                       \
-        cudaError_t e_ = (x);                                                  \
-        if (e_ != cudaSuccess) {                                               \
-            printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));  \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
 
 static uint16_t bf16_of(float f)
 {
@@ -45,20 +37,14 @@ static float f_of(uint16_t b)
 }
 static uint32_t hash(uint64_t i, uint32_t seed)
 {
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed ^ (uint32_t)(i >> 32) * 97u;
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    return h;
+    return bench_mix((uint32_t)i * 2654435761u ^ seed ^
+                     (uint32_t)(i >> 32) * 97u);
 }
 __global__ void fill(uint16_t *w, size_t n, uint32_t seed)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 13;
-        h *= 0x5bd1e995;
-        h ^= h >> 15;
+        uint32_t h = bench_mix((uint32_t)i * 2654435761u ^ seed);
         float f = ((h & 0xffff) / 65536.0f - 0.5f) * 0.05f;
         w[i] = (uint16_t)(__float_as_uint(f) >> 16);
     }
@@ -68,25 +54,6 @@ static int nsm, optin;
 static int ns_of[2][Q35_MMA_TILES];
 static int clusters[2][2][Q35_MMA_TILES][2];
 
-static void launch(const void *f, dim3 g, dim3 b, size_t smem, void **args,
-                   cudaStream_t s, int cluster)
-{
-    cudaLaunchConfig_t c = {};
-    c.gridDim = g;
-    c.blockDim = b;
-    c.dynamicSmemBytes = smem;
-    c.stream = s;
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    at[1].id = cudaLaunchAttributeClusterDimension;
-    at[1].val.clusterDim.x = cluster > 0 ? cluster : 1;
-    at[1].val.clusterDim.y = 1;
-    at[1].val.clusterDim.z = 1;
-    c.attrs = at;
-    c.numAttrs = cluster > 0 ? 2 : 1;
-    CK(cudaLaunchKernelExC(&c, f, args));
-}
 
 static const void *mmar_fn[2] = {(const void *)q35_mma1r,
                                  (const void *)q35_mma1r_glu};
@@ -97,12 +64,6 @@ static const void *mma_fn[2][Q35_MMA_TILES] = {
      (const void *)q35_mma16_glu, (const void *)q35_mma32_glu,
      (const void *)q35_mma32w_glu}};
 
-typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t,
-                              void *, const cuuint64_t *, const cuuint64_t *,
-                              const cuuint32_t *, const cuuint32_t *,
-                              CUtensorMapInterleave, CUtensorMapSwizzle,
-                              CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-static encode_fn encode;
 static bool timing;
 
 // As gpu.c's q35_map_lin.
@@ -112,7 +73,7 @@ static q35_tmap map_of(const uint16_t *w, int rows, int cols)
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     cuuint64_t strides[1] = {(cuuint64_t)cols * 2};
     cuuint32_t box[2] = {64, Q35_MMA_BOX}, one[2] = {1, 1};
-    CUresult r = encode(
+    CUresult r = bench_encoder()(
         (CUtensorMap *)&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)w, dims,
         strides, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -143,7 +104,7 @@ static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
             C = units;
         void *a[] = {&wm, &w2m,  &xs,  &y, &ldy, &rows, &cols,
                      &T,  &mode, &nsr, &x, &ldx, &nw,   &eps};
-        launch(mmar_fn[glu], dim3((unsigned)(C * S), 1), dim3(288),
+        bench_launch(mmar_fn[glu], dim3((unsigned)(C * S), 1), dim3(288),
                q35_mma1r_smem(run, nsr), a, st, S);
         return;
     }
@@ -151,7 +112,7 @@ static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
     // NOSPLIT=1: the product alone, on activations split before (what the
     // split costs in the chain)
     if (!(getenv("NOSPLIT") && timing))
-        launch((const void *)q35_split,
+        bench_launch((const void *)q35_split,
                dim3((cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T), dim3(256),
                0, sa, st, 0);
     /* 32 rows of many weight rows: stages of 128 rows (kind 4) */
@@ -163,7 +124,7 @@ static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
     int ns = ns_of[r][k];
     void *a[] = {&wm, &w2m,  &xs, &y, &ldy, &rows, &cols,
                  &T,  &mode, &ns, &x, &ldx, &nw,   &eps};
-    launch(mma_fn[glu][k], dim3((unsigned)(C * S), (T + tok - 1) / tok),
+    bench_launch(mma_fn[glu][k], dim3((unsigned)(C * S), (T + tok - 1) / tok),
            dim3(288), q35_mma_smem(k, ns), a, st, S);
 }
 
@@ -182,14 +143,14 @@ static void old(const uint16_t *w, const uint16_t *w2, const float *x, float *y,
     float eps = 1e-6f;
     int wpr = q35_wpr(rows, cols);
     if (T == 1) {
-        int k = wpr == 1 ? 0 : wpr == 2 ? 1 : wpr == 4 ? 2 : 3;
+        int k = q35_wpr_kind(wpr);
         int nb = nsm * Q35_GEMVS_BPS;
         if (nb > rows)
             nb = rows;
         int nsg = q35_gemvs_stages(cols);
         void *a[] = {&w,    &w2,   &x,    &ldx, &y,   &ldy,
                      &rows, &cols, &mode, &nw,  &eps, &nsg};
-        launch(gs[glu][k], dim3(nb, 1), dim3(288),
+        bench_launch(gs[glu][k], dim3(nb, 1), dim3(288),
                nsg * Q35_GEMVS_STAGE + cols * 4, a, st, 0);
         return;
     }
@@ -202,7 +163,7 @@ static void old(const uint16_t *w, const uint16_t *w2, const float *x, float *y,
                  &T, &mode, &sel, &sel_stride, &estride, &wpr, &nw,   &eps};
     const void *f =
         glu ? (const void *)q35_gemv8_glu_bf16 : (const void *)q35_gemv8_bf16;
-    launch(f, dim3((warps + 7) / 8, (T + 7) / 8), dim3(256), 0, a, st, 0);
+    bench_launch(f, dim3((warps + 7) / 8, (T + 7) / 8), dim3(256), 0, a, st, 0);
 }
 
 int main()
@@ -210,9 +171,7 @@ int main()
     CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
     CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                               0));
-    cudaDriverEntryPointQueryResult qr;
-    CK(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", (void **)&encode,
-                               cudaEnableDefault, &qr));
+    bench_encoder(); // before any stream capture
     for (int k = 0; k < Q35_MMA_TILES; k++) {
         int tok = q35_mma_tok(k);
         for (int r = 0; r < 2; r++)

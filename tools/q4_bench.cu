@@ -10,36 +10,22 @@
 //        -o q4_bench tools/q4_bench.cu
 #include "gemv_q4_stream.cu"
 #include "linear.cu"
+#include "bench_cuda.cuh"
 #include <cmath>
-#include <cuda.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-#define CK(x)                                                                  \
-    do {                                                                       \
-        cudaError_t e_ = (x);                                                  \
-        if (e_ != cudaSuccess) {                                               \
-            printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
 
 static uint32_t hash(uint64_t i)
 {
-    uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)(i >> 32) * 40503u;
-    h ^= h >> 13;
-    h *= 0x5bd1e995;
-    return h ^ (h >> 15);
+    return bench_mix((uint32_t)i * 2654435761u ^ (uint32_t)(i >> 32) * 40503u);
 }
 __global__ void fill_words(uint32_t *q, size_t n, uint32_t seed)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 13;
-        h *= 0x5bd1e995;
-        q[i] = h ^ (h >> 15);
+        q[i] = bench_mix((uint32_t)i * 2654435761u ^ seed);
     }
 }
 __global__ void fill_pairs(float *p, size_t n)
@@ -55,12 +41,6 @@ __global__ void fill_pairs(float *p, size_t n)
 }
 
 static int nsm;
-typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t,
-                              void *, const cuuint64_t *, const cuuint64_t *,
-                              const cuuint32_t *, const cuuint32_t *,
-                              CUtensorMapInterleave, CUtensorMapSwizzle,
-                              CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-static encode_fn encode;
 
 // As gpu.c's q35_map_q4: the words' map (is_pairs 0) or the pairs'.
 static q35_tmap map_of(const void *base, int rows, int cols, int gsz,
@@ -74,7 +54,7 @@ static q35_tmap map_of(const void *base, int rows, int cols, int gsz,
     cuuint32_t box[2] = {is_pairs ? (cuuint32_t)(1024 / gsz) : 128u,
                          Q35_Q4S_BOX},
                one[2] = {1, 1};
-    CUresult r = encode((CUtensorMap *)&m,
+    CUresult r = bench_encoder()((CUtensorMap *)&m,
                         is_pairs ? CU_TENSOR_MAP_DATA_TYPE_UINT64
                                  : CU_TENSOR_MAP_DATA_TYPE_UINT32,
                         2, (void *)base, d, st, box, one,
@@ -87,21 +67,6 @@ static q35_tmap map_of(const void *base, int rows, int cols, int gsz,
         exit(1);
     }
     return m;
-}
-static void launch(const void *f, dim3 g, dim3 b, size_t smem, void **args,
-                   cudaStream_t s)
-{
-    cudaLaunchConfig_t c = {};
-    c.gridDim = g;
-    c.blockDim = b;
-    c.dynamicSmemBytes = smem;
-    c.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    c.attrs = at;
-    c.numAttrs = 1;
-    CK(cudaLaunchKernelExC(&c, f, args));
 }
 
 struct Shape {
@@ -130,7 +95,7 @@ static bool run(int kind, const Shape &s, const uint32_t *q, const float *p,
         int ns = q35_q4s_stages(cols, gsz);
         if (ns < 2)
             return false;
-        int k = wpr == 1 ? 0 : wpr == 2 ? 1 : wpr == 4 ? 2 : 3;
+        int k = q35_wpr_kind(wpr);
         int nb = nsm * Q35_GEMVS_BPS, boxes = (rows + Q35_Q4S_BOX - 1) /
                                               Q35_Q4S_BOX;
         if (nb > boxes)
@@ -141,7 +106,7 @@ static bool run(int kind, const Shape &s, const uint32_t *q, const float *p,
                  pm2 = p2 ? map_of(p2, rows, cols, gsz, true) : pm;
         void *a[] = {&qm, &pm, &qm2, &pm2, &x, &y, &rows,
                      &cols, &gsz, &mode, &nw, &eps, &ns};
-        launch(q4s_fn[s.glu][k], dim3(nb), dim3(288),
+        bench_launch(q4s_fn[s.glu][k], dim3(nb), dim3(288),
                q35_q4s_smem(cols, gsz, ns), a, st);
         return true;
     }
@@ -149,7 +114,7 @@ static bool run(int kind, const Shape &s, const uint32_t *q, const float *p,
     long warps = (long)(rows + rpw - 1) / rpw * wpr;
     void *a[] = {&q,    &p, &q2,   &p2,  &x,   &ldx, &y,  &ldy,
                  &rows, &cols, &T, &mode, &wpr, &gsz, &nw, &eps};
-    launch(q4_fn[many][s.glu], dim3((warps + 7) / 8, (T + nt - 1) / nt),
+    bench_launch(q4_fn[many][s.glu], dim3((warps + 7) / 8, (T + nt - 1) / nt),
            dim3(256), 0, a, st);
     return true;
 }
@@ -157,9 +122,7 @@ static bool run(int kind, const Shape &s, const uint32_t *q, const float *p,
 int main()
 {
     CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
-    cudaDriverEntryPointQueryResult qr;
-    CK(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", (void **)&encode,
-                               cudaEnableDefault, &qr));
+    bench_encoder(); // before any stream capture
     for (int u = 0; u < 2; u++)
         for (int k = 0; k < 4; k++)
             CK(cudaFuncSetAttribute(q4s_fn[u][k],

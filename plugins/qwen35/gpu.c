@@ -18,6 +18,17 @@ loom_status q35_gpu_check(const q35_gpu *g, loom_cu_result r, const char *what,
                         g->cu->error_name(g->cu, r));
 }
 
+/* A launch attribute letting the kernel start while the one before it
+ * drains (programmatic dependent launch). */
+static loom_cu_launch_attr q35_pdl_attr(void)
+{
+    loom_cu_launch_attr at;
+    memset(&at, 0, sizeof at);
+    at.id = LOOM_CU_LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
+    at.v.value = 1;
+    return at;
+}
+
 loom_status q35_gpu_launch(const q35_gpu *g, loom_cu_function f, unsigned gx,
                            unsigned gy, unsigned bx, unsigned smem, void **args,
                            const char *what, loom_err *err)
@@ -25,10 +36,7 @@ loom_status q35_gpu_launch(const q35_gpu *g, loom_cu_function f, unsigned gx,
     if (gx == 0 || gy == 0)
         return LOOM_OK;
     if (g->pdl) {
-        loom_cu_launch_attr at;
-        memset(&at, 0, sizeof at);
-        at.id = LOOM_CU_LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
-        at.v.value = 1;
+        loom_cu_launch_attr at = q35_pdl_attr();
         loom_cu_launch_config c = {gx,  gy, 1, bx, 1, 1, smem, g->cu->stream,
                                    &at, 1};
         return q35_gpu_check(g, g->cu->launchKernelEx(&c, f, args, NULL), what,
@@ -58,11 +66,7 @@ loom_status q35_gpu_launch_cluster(const q35_gpu *g, loom_cu_function f,
 {
     if (gx == 0 || gy == 0)
         return LOOM_OK;
-    loom_cu_launch_attr at[2];
-    at[0] = q35_cluster_attr(cluster);
-    memset(&at[1], 0, sizeof at[1]);
-    at[1].id = LOOM_CU_LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
-    at[1].v.value = 1;
+    loom_cu_launch_attr at[2] = {q35_cluster_attr(cluster), q35_pdl_attr()};
     loom_cu_launch_config c = {
         gx, gy, 1, bx, 1, 1, smem, g->cu->stream, at, g->pdl ? 2u : 1u};
     return q35_gpu_check(g, g->cu->launchKernelEx(&c, f, args, NULL), what,
@@ -661,8 +665,7 @@ static void q35_gpu_mma_open(q35_gpu *g)
 {
     const loom_cuda *cu = g->cu;
     g->mma = cu->cc_major >= 9 && cu->launchKernelEx != NULL &&
-             cu->struct_size >= offsetof(loom_cuda, tensorMapEncodeTiled) +
-                                    sizeof cu->tensorMapEncodeTiled &&
+             LOOM_HAS_FIELD(cu->struct_size, loom_cuda, tensorMapEncodeTiled) &&
              cu->occupancyMaxActiveClusters != NULL &&
              cu->tensorMapEncodeTiled != NULL;
     for (int k = 0; k < Q35_MMA_TILES && g->mma; k++) {
@@ -857,8 +860,7 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
                                                 Q35_GEMVS_SMEM) == 0;
     /* the affine-4 one with tensor maps */
     g->q4s = g->gemvs &&
-             cu->struct_size >= offsetof(loom_cuda, tensorMapEncodeTiled) +
-                                    sizeof cu->tensorMapEncodeTiled &&
+             LOOM_HAS_FIELD(cu->struct_size, loom_cuda, tensorMapEncodeTiled) &&
              cu->tensorMapEncodeTiled != NULL;
     for (int u = 0; u < 2 && g->q4s; u++)
         for (int k = 0; k < 4 && g->q4s; k++)

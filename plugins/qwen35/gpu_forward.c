@@ -151,7 +151,7 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
         if (T == 1 && R->g->q4s && w->q4mapped && (!w2 || w2->q4mapped) &&
             ns >= 2) {
             /* a step: the words through shared memory, in the same order */
-            int k = wpr == 1 ? 0 : wpr == 2 ? 1 : wpr == 4 ? 2 : 3;
+            int k = q35_wpr_kind(wpr);
             int64_t nb = R->g->cu->sm_count * Q35_GEMVS_BPS;
             int64_t boxes = (rows + Q35_Q4S_BOX - 1) / Q35_Q4S_BOX;
             if (nb > boxes)
@@ -190,7 +190,7 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
         /* a step: the weights through shared memory, in the same order */
         int ns = q35_gemvs_stages(cols);
         if (!many && !sel && R->g->gemvs && ns >= 2) {
-            int k = wpr == 1 ? 0 : wpr == 2 ? 1 : wpr == 4 ? 2 : 3;
+            int k = q35_wpr_kind(wpr);
             int nb = R->g->cu->sm_count * Q35_GEMVS_BPS;
             if (nb > rows)
                 nb = rows;

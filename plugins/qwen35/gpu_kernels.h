@@ -40,14 +40,28 @@ typedef struct q35_gpu_row {
 /* Warps per output row of a product: enough warps to fill the chip, from
  * the weight's shape alone (never the round's), so a row's summation
  * order is the same in every launch. Rows counted in groups of 4, the
- * streaming kernel's widest. */
-static inline int q35_wpr(int rows, int cols)
+ * streaming kernel's widest; each warp of a row at least `span` columns
+ * (two of its chunks). */
+static inline int q35_wpr_of(int rows, int cols, int span)
 {
     int wpr = 1;
     int64_t groups = ((int64_t)rows + 3) / 4;
-    while (wpr < 8 && groups * wpr < 2048 && cols >= 512 * wpr)
+    while (wpr < 8 && groups * wpr < 2048 && cols >= span * wpr)
         wpr *= 2;
     return wpr;
+}
+
+/* ... for BF16 and F16 weights (256-column chunks). */
+static inline int q35_wpr(int rows, int cols)
+{
+    return q35_wpr_of(rows, cols, 512);
+}
+
+/* The kernel of a one-row ring form (q35_gemvs, q35_q4s) for wpr 1, 2, 4
+ * or 8: 0 .. 3. */
+static inline int q35_wpr_kind(int wpr)
+{
+    return wpr == 1 ? 0 : wpr == 2 ? 1 : wpr == 4 ? 2 : 3;
 }
 
 /* q35_gemvs's ring stages beside a row of cols activations (below 2 it
@@ -74,15 +88,10 @@ static inline Q35_HD int q35_q4_gp(int cols, int gsz)
     return (cols / gsz + 1) & ~1;
 }
 
-/* Warps per output row of an affine-4 product, from the weight's shape
- * alone (as q35_wpr, over 32-column chunks). */
+/* Warps per output row of an affine-4 product (1,024-column chunks). */
 static inline int q35_q4_wpr(int rows, int cols)
 {
-    int wpr = 1;
-    int64_t groups = ((int64_t)rows + 3) / 4;
-    while (wpr < 8 && groups * wpr < 2048 && cols >= 2048 * wpr)
-        wpr *= 2;
-    return wpr;
+    return q35_wpr_of(rows, cols, 2048);
 }
 
 /* The one-row affine-4 product through shared memory

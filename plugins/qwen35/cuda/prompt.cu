@@ -5,12 +5,22 @@
 
 #include <cuda_bf16.h>
 
+// Four floats as four BF16 (round to nearest), 8 bytes.
+__device__ __forceinline__ uint2 q35_bf16x4(float4 a)
+{
+    __nv_bfloat162 lo = __floats2bfloat162_rn(a.x, a.y);
+    __nv_bfloat162 hi = __floats2bfloat162_rn(a.z, a.w);
+    return make_uint2(*reinterpret_cast<uint32_t *>(&lo),
+                      *reinterpret_cast<uint32_t *>(&hi));
+}
+
 // xb[b] = bf16(x[b]) over n columns, or bf16(RMSNorm(x[b]) * w) with w:
 // block b of 256 threads on row b of x (ldx floats apart), xb dense. The
 // norm's sum is per thread over its columns, then the block's
 // (q35_block_sum); then (x r) w rounded per multiply and once more to BF16
 // (round to nearest). With n and ldx multiples of 4 each thread takes
-// float4s, 4 of them in flight (the rows are a round trip to L2 away).
+// float4s, 4 of them in flight (the rows are a round trip to L2 away), and
+// the sum is q35_ss4's.
 extern "C" __global__ void q35_to_bf16(const float *x, int ldx,
                                        __nv_bfloat16 *xb, int n,
                                        const float *w, float eps)
@@ -37,40 +47,24 @@ extern "C" __global__ void q35_to_bf16(const float *x, int ldx,
     }
     const float4 *x4 = reinterpret_cast<const float4 *>(xr);
     const float4 *w4 = reinterpret_cast<const float4 *>(w);
-    int n4 = n / 4, step = (int)blockDim.x;
+    int n4 = n / 4;
     float r = 1.0f;
     if (w) {
-        float ss = 0.0f;
-        for (int f0 = tid; f0 < n4; f0 += 4 * step) {
-            float4 v[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++)
-                if (f0 + u * step < n4)
-                    v[u] = x4[f0 + u * step];
-#pragma unroll
-            for (int u = 0; u < 4; u++)
-                if (f0 + u * step < n4) {
-                    ss = fmaf(v[u].x, v[u].x, ss);
-                    ss = fmaf(v[u].y, v[u].y, ss);
-                    ss = fmaf(v[u].z, v[u].z, ss);
-                    ss = fmaf(v[u].w, v[u].w, ss);
-                }
-        }
-        ss = q35_block_sum(ss, red);
+        float ss = q35_block_sum(q35_ss4(x4, n4), red);
         r = 1.0f / sqrtf(ss / (float)n + eps);
     }
-    for (int f0 = tid; f0 < n4; f0 += 4 * step) {
+    for (int f0 = tid; f0 < n4; f0 += 4 * 256) {
         float4 v[4], g[4];
 #pragma unroll
         for (int u = 0; u < 4; u++)
-            if (f0 + u * step < n4) {
-                v[u] = x4[f0 + u * step];
+            if (f0 + u * 256 < n4) {
+                v[u] = x4[f0 + u * 256];
                 if (w)
-                    g[u] = __ldg(w4 + f0 + u * step);
+                    g[u] = __ldg(w4 + f0 + u * 256);
             }
 #pragma unroll
         for (int u = 0; u < 4; u++)
-            if (f0 + u * step < n4) {
+            if (f0 + u * 256 < n4) {
                 float4 a = v[u];
                 if (w) {
                     a.x = __fmul_rn(__fmul_rn(a.x, r), g[u].x);
@@ -78,11 +72,7 @@ extern "C" __global__ void q35_to_bf16(const float *x, int ldx,
                     a.z = __fmul_rn(__fmul_rn(a.z, r), g[u].z);
                     a.w = __fmul_rn(__fmul_rn(a.w, r), g[u].w);
                 }
-                __nv_bfloat162 lo = __floats2bfloat162_rn(a.x, a.y);
-                __nv_bfloat162 hi = __floats2bfloat162_rn(a.z, a.w);
-                uint2 pk = {*reinterpret_cast<uint32_t *>(&lo),
-                            *reinterpret_cast<uint32_t *>(&hi)};
-                reinterpret_cast<uint2 *>(o)[f0 + u * step] = pk;
+                reinterpret_cast<uint2 *>(o)[f0 + u * 256] = q35_bf16x4(a);
             }
     }
 }
@@ -122,9 +112,5 @@ extern "C" __global__ void q35_swiglu(float *y, const float *u, int n, int ld,
         y4[f] = a;
         return;
     }
-    __nv_bfloat162 lo = __floats2bfloat162_rn(a.x, a.y);
-    __nv_bfloat162 hi = __floats2bfloat162_rn(a.z, a.w);
-    uint2 pk = {*reinterpret_cast<uint32_t *>(&lo),
-                *reinterpret_cast<uint32_t *>(&hi)};
-    reinterpret_cast<uint2 *>(xr)[f] = pk;
+    reinterpret_cast<uint2 *>(xr)[f] = q35_bf16x4(a);
 }
