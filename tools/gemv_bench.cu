@@ -24,11 +24,12 @@ static const void *gs[2][4] = {{(const void *)q35_gemvs1_bf16, (const void *)q35
   {(const void *)q35_gemvs1_glu_bf16, (const void *)q35_gemvs2_glu_bf16, (const void *)q35_gemvs4_glu_bf16, (const void *)q35_gemvs8_glu_bf16}};
 static const unsigned SM = Q35_GEMVS_SMEM;
 // kind 0 gemv1, 1 gemvs, 2 gemv8 (T tokens)
+static int bps = Q35_GEMVS_BPS;
 static void one(int kind, const Shape &s, const uint16_t *w, const uint16_t *w2, const float *nw, int T, cudaStream_t st) {
   int ldx = s.cols, ldy = s.rows, rows = s.rows, cols = s.cols, mode = s.glu ? 2 : 0; float eps = 1e-6f;
   const int *sel = nullptr; int sel_stride = 0; long long estride = 0; int wpr = q35_wpr(rows, cols);
   if (kind == 1) {
-    int k = q35_wpr_kind(wpr); int nb = nsm * Q35_GEMVS_BPS; if (nb > rows) nb = rows;
+    int k = q35_wpr_kind(wpr); int nb = nsm * bps; if (nb > rows) nb = rows;
     int nsg = q35_gemvs_stages(cols);
     if (nsg < 2) { printf("no gemvs for %s\n", s.name); return; }
     void *a[] = {&w, &w2, &X, &ldx, &Y, &ldy, &rows, &cols, &mode, &nw, &eps, &nsg};
@@ -63,6 +64,16 @@ int main() {
   }
   printf("bitwise gemvs == gemv8: %s\n", fails ? "FAIL" : "ok");
   cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+  // a decode step's products alone: 24 layers of in, out, glu, down (9b), in one graph, with bps blocks an SM
+  for (int b = 1; b <= 3; b++) {
+    bps = b; double bytes = 0; cudaGraph_t gr; cudaGraphExec_t ge; CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int l = 0; l < 24; l++) for (int k = 0; k < 4; k++) { Shape s = sh[k]; size_t n = (size_t)s.rows * s.cols; const uint16_t *w = nextw(n), *w2 = s.glu ? nextw(n) : nullptr; bytes += (double)n * 2 * (s.glu ? 2 : 1); one(1, s, w, w2, k == 0 || k == 2 ? NW : nullptr, 1, st); }
+    CK(cudaStreamEndCapture(st, &gr)); CK(cudaGraphInstantiate(&ge, gr, 0)); CK(cudaGraphLaunch(ge, st)); CK(cudaStreamSynchronize(st));
+    int R = 10; cudaEventRecord(e0, st); for (int r = 0; r < R; r++) CK(cudaGraphLaunch(ge, st)); cudaEventRecord(e1, st); CK(cudaEventSynchronize(e1));
+    float ms; cudaEventElapsedTime(&ms, e0, e1); printf("chain 9b x24 bps=%d: %.1f us a layer, %.0f GB/s\n", b, ms * 1e3 / R / 24, bytes * R / (ms * 1e-3) / 1e9);
+    cudaGraphExecDestroy(ge); cudaGraphDestroy(gr);
+  }
+  bps = Q35_GEMVS_BPS;
   printf("%-10s %10s %10s  (GB/s)\n", "shape", "gemv1", "gemvs");
   for (int si = 0; si < 11; si++) {
     Shape s = sh[si]; double bytes = (double)s.rows * s.cols * 2 * (s.glu ? 2 : 1); int K = s.rows > 100000 ? 4 : 30;

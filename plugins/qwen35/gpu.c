@@ -130,6 +130,10 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
         }
     t[n].f = &F->embed_q4;
     snprintf(t[n++].name, 32, "q35_embed_q4");
+    for (int i = 0; i < 5; i++) {
+        t[n].f = &F->attn_mma[i];
+        snprintf(t[n++].name, 32, "q35_attn_mma%d", 16 << i);
+    }
 #define Q35_FN(member, nm)                                                     \
     t[n].f = &F->member;                                                       \
     snprintf(t[n++].name, 32, "%s", nm)
@@ -850,6 +854,18 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
         cu->funcSetAttribute(g->fn.attn_chunk, 8, (int)smem) == 0) {
         g->attn_chunk = 1;
         g->attn_chunk_smem = (unsigned)smem;
+    }
+    /* ... on tensor cores (TF32 mma.sync, sm_80): head_dim 16 to 256, a
+     * power of two */
+    int hd = (int)G->head_dim, hi = -1;
+    for (int i = 0; i < 5; i++)
+        hi = hd == 16 << i ? i : hi;
+    uint64_t msmem = q35_attn_mma_smem(hd);
+    if (g->attn_chunk && hi >= 0 && cu->cc_major >= 8 &&
+        msmem <= cu->smem_per_block_optin &&
+        cu->funcSetAttribute(g->fn.attn_mma[hi], 8, (int)msmem) == 0) {
+        g->attn_mma = g->fn.attn_mma[hi];
+        g->attn_mma_smem = (unsigned)msmem;
     }
     /* one-row products through shared memory (sm_90 bulk copies) */
     g->gemvs = cu->cc_major >= 9 && Q35_GEMVS_SMEM <= cu->smem_per_block_optin;

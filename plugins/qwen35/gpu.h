@@ -70,6 +70,7 @@ typedef struct q35_gpu_fns {
     loom_cu_function to_bf16, swiglu; /* prompt chunks (prompt.cu) */
     loom_cu_function conv_chunk, gdnc_prep, gdnc_wy, gdnc_apply, gdnc_norm;
     loom_cu_function attn_chunk;
+    loom_cu_function attn_mma[5]; /* ... on tensor cores, head_dim 16 << i */
 } q35_gpu_fns;
 
 /* Device activations for max_rows rows. */
@@ -138,7 +139,10 @@ typedef struct q35_gpu {
     int attn_chunk; /* ... and of attention (q35_attn_chunk) */
     unsigned wy_smem, apply_smem; /* the delta rule's chunk kernels' */
     unsigned attn_chunk_smem;     /* its dynamic shared memory */
-    int gemvs;                    /* one-row products take the gemvs kernels */
+    /* the chunk attention's tensor-core form (or 0) and its shared memory */
+    loom_cu_function attn_mma;
+    unsigned attn_mma_smem;
+    int gemvs;    /* one-row products take the gemvs kernels */
     int q4s;      /* ... and the affine-4 ones q35_q4s, with tensor maps */
     int gdn_rec4; /* the recurrence takes q35_gdn_rec4 */
     /* decode products of BF16 weights take the mma kernels: their ring

@@ -358,6 +358,17 @@ static loom_status q35_gpu_attention(const q35_run *R, q35_gpu_layer *L,
     }
     for (int32_t i = 0; i < R->g->n_pc && R->g->attn_chunk; i++) {
         int si = R->g->pc[i], n = R->g->dstreams[si].count;
+        if (R->g->attn_mma) {
+            void *a[] = {&qp, &ldq,  &s->o, &s->streams, &s->rows,
+                         &si, &slot, &nh,   &nkv};
+            loom_status st = q35_gpu_launch(
+                R->g, R->g->attn_mma, (unsigned)((n + Q35_AM_Q - 1) / Q35_AM_Q),
+                (unsigned)nh, 32 * Q35_AM_W, R->g->attn_mma_smem, a,
+                "q35_attn_mma", R->err);
+            if (st != LOOM_OK)
+                return st;
+            continue;
+        }
         Q35_LAUNCH(attn_chunk, (n + Q35_AC_Q - 1) / Q35_AC_Q, nh, 128,
                    R->g->attn_chunk_smem, &qp, &ldq, &s->o, &s->streams,
                    &s->rows, &si, &slot, &nh, &nkv, &hd);

@@ -244,6 +244,21 @@ static inline int q35_mma1r_stages(int run, int two, uint64_t optin)
 #define Q35_AC_R 8
 #define Q35_AC_Q (4 * Q35_AC_R)
 
+/* ... on tensor cores (q35_attn_mma<hd>, head_dim 16 to 256, a power of
+ * two): warps per block (16 query rows each), keys per tile, and its dynamic
+ * shared memory (Q, a K tile and a V tile, rows padded by 4 floats). */
+#ifndef Q35_AM_W
+#define Q35_AM_W 4 /* warps of 16 rows */
+#endif
+#ifndef Q35_AM_K
+#define Q35_AM_K 32
+#endif
+#define Q35_AM_Q (16 * Q35_AM_W)
+static inline uint64_t q35_attn_mma_smem(int hd)
+{
+    return (uint64_t)(Q35_AM_Q + 2 * Q35_AM_K) * (uint64_t)(hd + 4) * 4u;
+}
+
 /* Blocks (a cluster, sm_90) per value head of the one-row recurrence
  * (q35_gdn_rec4, cuda/gdn.cu), 32 value columns each. */
 #define Q35_GDN_CTAS 4

@@ -402,3 +402,290 @@ extern "C" __global__ void __launch_bounds__(128)
         }
     }
 }
+
+// TF32 tensor-core forms (mma.sync, sm_80 and later) of the above.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define Q35_AM_SM80(...) __VA_ARGS__
+#else
+#define Q35_AM_SM80(...)
+#endif
+
+// x = hi + lo as TF32 operands: hi is x with its low 13 mantissa bits
+// cleared, lo = x - hi (exact) of which the tensor core reads the top 11
+// bits, so the pair carries x to about 2^-21 of its size. Two full-rate
+// operations where cvt.rna.tf32 would take two conversions.
+__device__ __forceinline__ void q35_tf32_split(float x, uint32_t &hi,
+                                               uint32_t &lo)
+{
+    hi = __float_as_uint(x) & 0xffffe000u;
+    lo = __float_as_uint(__fsub_rn(x, __uint_as_float(hi)));
+}
+
+__device__ __forceinline__ void q35_mma_tf32(float *d, const uint32_t *a,
+                                             const uint32_t *b)
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                   "r"(b[1]));
+}
+
+// Products of split operands (3xTF32): a b = ah bh + (al bh + ah bl), with
+// al bl (2^-20 relative) left out: float32's accuracy on TF32 tensor cores.
+// The kernels issue N independent products back to back, each pass over
+// all N before the next, so that no product waits on the one before it.
+template <int N>
+__device__ __forceinline__ void q35_mma3(float (*d)[4], float (*dc)[4],
+                                         const uint32_t *ah, const uint32_t *al,
+                                         const uint32_t (*bh)[2],
+                                         const uint32_t (*bl)[2])
+{
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        q35_mma_tf32(d[j], ah, bh[j]);
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        q35_mma_tf32(dc[j], al, bh[j]);
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        q35_mma_tf32(dc[j], ah, bl[j]);
+}
+
+__device__ __forceinline__ void q35_cp16(float *dst, const float *src,
+                                         bool ok)
+{
+    asm volatile(
+        "cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+            (uint32_t)__cvta_generic_to_shared(dst)),
+        "l"(src), "r"(ok ? 16 : 0)
+        : "memory");
+}
+__device__ __forceinline__ void q35_cp_commit()
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void q35_cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+
+// q35_attn_chunk on tensor cores for head_dim 8 ND: block (tile of
+// Q35_AM_Q query rows, query head), Q35_AM_W warps of 16 rows. Q, a K tile
+// and a V tile lie in shared memory (rows padded by 4 floats, so that the
+// fragments' loads meet no bank conflict), filled by cp.async: K of the
+// next tile while this one's products with V run, V while the scores run.
+// Scores and products with V are m16n8k8 TF32 products of split operands
+// (q35_mma3), so they carry float32's accuracy; the online softmax is the
+// scalar kernel's (float32, accurate expf), on each row's scores of a tile.
+// The products with V take P straight from the scores' accumulators: key
+// 2t of an 8-key step is the fragment's column t, 2t + 1 its column t + 4,
+// and V's rows are read in that order. Writes o = (acc / sum) *
+// sigmoid(gate) as q35_attn_combine.
+template <int ND>
+__device__ __forceinline__ void
+q35_attn_mma_body(const float *qg, int ldq, float *o,
+                  const q35_gpu_stream *streams, const q35_gpu_row *rows,
+                  int si, int slot, int nh, int nkv)
+{
+    constexpr int HD = 8 * ND, LD = HD + 4, H4 = HD / 4, NT = Q35_AM_K / 8;
+    extern __shared__ float4 q35_am_smem[];
+    float *sq = reinterpret_cast<float *>(q35_am_smem);
+    float *sk = sq + Q35_AM_Q * LD, *sv = sk + Q35_AM_K * LD;
+    const q35_gpu_stream st = streams[si];
+    int q0 = blockIdx.x * Q35_AM_Q, h = blockIdx.y;
+    int nq = min(Q35_AM_Q, st.count - q0);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int g = lane >> 2, t = lane & 3;
+    int kvw = nkv * HD, kvh = h / (nh / nkv);
+    for (int x = threadIdx.x; x < Q35_AM_Q * H4; x += 32 * Q35_AM_W) {
+        int r = x / H4, c = x % H4;
+        q35_cp16(sq + r * LD + 4 * c,
+                 qg + (int64_t)(st.first + q0 + min(r, nq - 1)) * ldq +
+                     (int64_t)h * 2 * HD + 4 * c,
+                 r < nq);
+    }
+    int last = rows[st.first + q0 + nq - 1].pos;
+    int r0 = q0 + 16 * warp + g, r1 = r0 + 8;
+    int pos0 = r0 < st.count ? rows[st.first + r0].pos : -1;
+    int pos1 = r1 < st.count ? rows[st.first + r1].pos : -1;
+    int wr = min(q0 + 16 * warp + 15, st.count - 1);
+    int wlast = q0 + 16 * warp < st.count ? rows[st.first + wr].pos : -1;
+    // keys k0 .. k0 + 31 of K (which 0) or V (1); past `last` zeros, so
+    // that a masked key's V is 0, not stale bits
+    auto load = [&](float *dst, int k0, int which) {
+        for (int x = threadIdx.x; x < Q35_AM_K * H4; x += 32 * Q35_AM_W) {
+            int kk = x / H4, c = x % H4, kp = k0 + kk;
+            bool ok = kp <= last;
+            q35_cp16(dst + kk * LD + 4 * c,
+                     q35_kv_at(st, slot, which, ok ? kp : 0, kvw) + kvh * HD +
+                         4 * c,
+                     ok);
+        }
+        q35_cp_commit();
+    };
+    load(sk, 0, 0); // one group with Q
+    load(sv, 0, 1);
+    float scale = 1.0f / sqrtf((float)HD);
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    constexpr int NG = ND < 8 ? ND : 8;
+    float acc[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    const float *qw = sq + 16 * warp * LD;
+    for (int k0 = 0; k0 <= last; k0 += Q35_AM_K) {
+        q35_cp_wait<1>(); // Q and this K; V may still be on its way
+        __syncthreads();
+        bool live = k0 <= wlast;
+        float s[NT][4], sc[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] = sc[j][e] = 0.0f;
+        if (live) {
+#pragma unroll 4
+            for (int ks = 0; ks < ND; ks++) {
+                const float *qa = qw + 8 * ks + t;
+                float a[4] = {qa[g * LD], qa[(g + 8) * LD], qa[g * LD + 4],
+                              qa[(g + 8) * LD + 4]};
+                uint32_t ah[4], al[4], bh[NT][2], bl[NT][2];
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    q35_tf32_split(a[e], ah[e], al[e]);
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    const float *kb = sk + (8 * j + g) * LD + 8 * ks + t;
+                    q35_tf32_split(kb[0], bh[j][0], bl[j][0]);
+                    q35_tf32_split(kb[4], bh[j][1], bl[j][1]);
+                }
+                q35_mma3<NT>(s, sc, ah, al, bh, bl);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    s[j][e] = __fadd_rn(s[j][e], sc[j][e]);
+            // row g: s[j][0..1], keys k0 + 8j + 2t (+1); row g + 8: s[j][2..3]
+            float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int kp = k0 + 8 * j + 2 * t + e;
+                    s[j][e] =
+                        kp <= pos0 ? __fmul_rn(s[j][e], scale) : -INFINITY;
+                    s[j][2 + e] =
+                        kp <= pos1 ? __fmul_rn(s[j][2 + e], scale) : -INFINITY;
+                    mx0 = fmaxf(mx0, s[j][e]);
+                    mx1 = fmaxf(mx1, s[j][2 + e]);
+                }
+#pragma unroll
+            for (int off = 1; off < 4; off <<= 1) {
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+            }
+            float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+            float c0 = m0 == -INFINITY ? 0.0f : expf(m0 - mn0);
+            float c1 = m1 == -INFINITY ? 0.0f : expf(m1 - mn1);
+            float u0 = 0.0f, u1 = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    s[j][e] = s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - mn0);
+                    s[j][2 + e] = s[j][2 + e] == -INFINITY
+                                      ? 0.0f
+                                      : expf(s[j][2 + e] - mn1);
+                    u0 += s[j][e];
+                    u1 += s[j][2 + e];
+                }
+#pragma unroll
+            for (int off = 1; off < 4; off <<= 1) {
+                u0 += __shfl_xor_sync(0xffffffffu, u0, off);
+                u1 += __shfl_xor_sync(0xffffffffu, u1, off);
+            }
+            l0 = fmaf(l0, c0, u0);
+            l1 = fmaf(l1, c1, u1);
+            m0 = mn0;
+            m1 = mn1;
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                acc[n][0] = __fmul_rn(acc[n][0], c0);
+                acc[n][1] = __fmul_rn(acc[n][1], c0);
+                acc[n][2] = __fmul_rn(acc[n][2], c1);
+                acc[n][3] = __fmul_rn(acc[n][3], c1);
+            }
+        }
+        q35_cp_wait<0>(); // this V
+        __syncthreads();  // and every warp is done with this K
+        if (k0 + Q35_AM_K <= last)
+            load(sk, k0 + Q35_AM_K, 0);
+        if (live) {
+            // dims in groups of NG tiles of 8, each pass over the group's
+            // accumulators before the next (the corrections into acc too:
+            // a second set would not fit in registers)
+#pragma unroll
+            for (int ks = 0; ks < NT; ks++) {
+                float a[4] = {s[ks][0], s[ks][2], s[ks][1], s[ks][3]};
+                uint32_t ah[4], al[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    q35_tf32_split(a[e], ah[e], al[e]);
+                const float *vb = sv + (8 * ks + 2 * t) * LD + g;
+#pragma unroll
+                for (int n0 = 0; n0 < ND; n0 += NG) {
+                    uint32_t bh[NG][2], bl[NG][2];
+#pragma unroll
+                    for (int n = 0; n < NG; n++) {
+                        q35_tf32_split(vb[8 * (n0 + n)], bh[n][0], bl[n][0]);
+                        q35_tf32_split(vb[LD + 8 * (n0 + n)], bh[n][1],
+                                       bl[n][1]);
+                    }
+                    q35_mma3<NG>(acc + n0, acc + n0, ah, al, bh, bl);
+                }
+            }
+        }
+        __syncthreads(); // every warp is done with this V
+        if (k0 + Q35_AM_K <= last)
+            load(sv, k0 + Q35_AM_K, 1);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int k = half ? r1 : r0;
+        if (k >= st.count)
+            continue;
+        int64_t row = st.first + k;
+        const float *gate = qg + row * ldq + (int64_t)h * 2 * HD + HD;
+        float *orow = o + row * nh * HD + (int64_t)h * HD;
+        float inv = 1.0f / (half ? l1 : l0);
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            int d = 8 * n + 2 * t;
+            float2 v;
+            v.x = __fmul_rn(__fmul_rn(acc[n][2 * half], inv),
+                            q35_sigmoid(gate[d]));
+            v.y = __fmul_rn(__fmul_rn(acc[n][2 * half + 1], inv),
+                            q35_sigmoid(gate[d + 1]));
+            *reinterpret_cast<float2 *>(orow + d) = v;
+        }
+    }
+}
+
+#define Q35_ATTN_MMA(hd)                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * Q35_AM_W) q35_attn_mma##hd(        \
+        const float *qg, int ldq, float *o, const q35_gpu_stream *streams,     \
+        const q35_gpu_row *rows, int si, int slot, int nh, int nkv)            \
+    {                                                                          \
+        Q35_PDL_ENTER();                                                       \
+        Q35_AM_SM80(q35_attn_mma_body<hd / 8>(qg, ldq, o, streams, rows, si,   \
+                                              slot, nh, nkv));                 \
+    }
+Q35_ATTN_MMA(16)
+Q35_ATTN_MMA(32)
+Q35_ATTN_MMA(64)
+Q35_ATTN_MMA(128)
+Q35_ATTN_MMA(256)
