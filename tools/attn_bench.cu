@@ -95,7 +95,7 @@ static int run(const Case &c, int reps, cudaStream_t s)
     hs.chunk = 2;
     CK(cudaMemcpy(dst, &hs, sizeof hs, cudaMemcpyHostToDevice));
     int si = 0, slot = 0;
-    size_t sm1 = (size_t)(Q35_AC_Q * hd + 32 * (hd + 4) + 32 * hd) * 4;
+    size_t sm1 = q35_attn_chunk_smem(hd);
     size_t sm2 = q35_attn_mma_smem(hd);
     const void *f2 = mma_fn(hd);
     CK(cudaFuncSetAttribute(scalar_fn,

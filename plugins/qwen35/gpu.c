@@ -845,10 +845,8 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
     g->wy_smem = (unsigned)wy_smem;
     g->apply_smem = (unsigned)apply_smem;
     /* the chunk attention: head_dim a multiple of 4 up to 256, its tiles
-     * in shared memory (Q35_AC_Q query rows, 32 keys of K padded, 32 of V) */
-    uint64_t smem = (uint64_t)(Q35_AC_Q * G->head_dim + 32 * (G->head_dim + 4) +
-                               32 * G->head_dim) *
-                    4;
+     * in shared memory */
+    uint64_t smem = q35_attn_chunk_smem((int)G->head_dim);
     if (m->n_attn > 0 && G->head_dim <= 256 && G->head_dim % 4 == 0 &&
         smem <= cu->smem_per_block_optin &&
         cu->funcSetAttribute(g->fn.attn_chunk, 8, (int)smem) == 0) {

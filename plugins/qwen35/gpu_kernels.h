@@ -243,6 +243,12 @@ static inline int q35_mma1r_stages(int run, int two, uint64_t optin)
  * 4 warps. */
 #define Q35_AC_R 8
 #define Q35_AC_Q (4 * Q35_AC_R)
+/* its dynamic shared memory: Q35_AC_Q query rows, 32 keys of K padded by 4
+ * floats, 32 of V */
+static inline uint64_t q35_attn_chunk_smem(int hd)
+{
+    return (uint64_t)(Q35_AC_Q * hd + 32 * (hd + 4) + 32 * hd) * 4u;
+}
 
 /* ... on tensor cores (q35_attn_mma<hd>, head_dim 16 to 256, a power of
  * two): warps per block (16 query rows each), keys per tile, and its dynamic

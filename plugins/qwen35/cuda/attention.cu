@@ -2,6 +2,7 @@
 // float32 K/V rows in the model's paged pool (read through its page table): the per-head preparation (zero-centred
 // RMSNorm of q and k, NeoX RoPE on the first rot_dim dims, K/V written at the
 // row's position) and the attention itself with its sigmoid output gate.
+#include "bulk.cuh"
 #include "common.cuh"
 
 // Position pos of K (which 0) or V (1) of attention layer `slot` in the
@@ -458,7 +459,7 @@ __device__ __forceinline__ void q35_cp16(float *dst, const float *src,
 {
     asm volatile(
         "cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
-            (uint32_t)__cvta_generic_to_shared(dst)),
+            q35_smem_addr(dst)),
         "l"(src), "r"(ok ? 16 : 0)
         : "memory");
 }
