@@ -81,7 +81,7 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     struct {
         loom_cu_function *f;
         char name[32];
-    } t[96];
+    } t[104];
     int n = 0;
     q35_gpu_fns *F = &g->fn;
     for (int i = 0; i < 3; i++) {
@@ -105,6 +105,11 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
                 snprintf(t[n++].name, 32, "q35_gemvs%d%s_%s", 1 << k,
                          u ? "_glu" : "", gd[i]);
             }
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 4; k++) {
+            t[n].f = &F->gemvs_conv[i][k];
+            snprintf(t[n++].name, 32, "q35_gemvs%d_conv_%s", 1 << k, gd[i]);
+        }
     for (int r = 0; r < 2; r++)
         for (int u = 0; u < 2; u++) {
             t[n].f = &F->q4[r][u];
@@ -146,7 +151,6 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     Q35_FN(gdn_replay, "q35_gdn_replay");
     Q35_FN(attn_prep, "q35_attn_prep");
     Q35_FN(attention, "q35_attention");
-    Q35_FN(attn_combine, "q35_attn_combine");
     Q35_FN(gather, "q35_gather");
     Q35_FN(add, "q35_add");
     Q35_FN(next_split, "q35_next_split");
@@ -618,7 +622,7 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
         R * Hv, R * E, R * K, R * K, R * H, R * H, R,
         R * (int64_t)(sizeof(q35_gpu_row) / 4),
         R * (int64_t)(sizeof(q35_gpu_stream) / 4),
-        R * G->n_heads * splits * (G->head_dim + 2),
+        R * G->n_heads * splits * (G->head_dim + 2), R * G->n_heads,
         /* prompt chunks: BF16 rows, the up product, the
          * chunkwise delta rule's per-row records */
         g->gemm ? (R * big + 1) / 2 : 0, g->gemm ? R * big : 0,
@@ -629,7 +633,7 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
         &s->h,    &s->xn,   &s->big0, &s->big1, &s->big2, &s->conv_out,
         &s->o,    &s->z,    &s->b,    &s->a,    &s->prob, &s->sel,
         &s->wsel, &s->gout, &s->proj, &s->shg,  &s->rows, &s->streams,
-        &s->part, &s->xb,   &s->gup,  &s->wy,   &s->xs};
+        &s->part, &s->cnt,  &s->xb,   &s->gup,  &s->wy,   &s->xs};
     int n = (int)(sizeof sizes / sizeof *sizes);
     uint64_t total = 0;
     for (int i = 0; i < n; i++)
@@ -644,6 +648,14 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
         *dst[i] = s->block + off;
         off += ((uint64_t)sizes[i] * 4 + 255) / 256 * 256;
     }
+    /* attention's counters start at zero; the split that ends a row's
+     * merge puts its counter back */
+    st = q35_gpu_check(g,
+                       g->cu->memsetD32Async(
+                           s->cnt, 0, (size_t)(R * G->n_heads), g->cu->stream),
+                       "clearing attention's counters", err);
+    if (st != LOOM_OK)
+        return st;
     int64_t host = R * (int64_t)(sizeof *g->rows + sizeof *g->dstreams +
                                  sizeof *g->dev_of + sizeof *g->pc);
     st = m->host->account(m->host, LOOM_MEM_HOST, LOOM_MEM_SCRATCH, host, err);
@@ -872,6 +884,11 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
             for (int k = 0; k < 4 && g->gemvs; k++)
                 g->gemvs = cu->funcSetAttribute(g->fn.gemvs[i][u][k], 8,
                                                 Q35_GEMVS_SMEM) == 0;
+    g->gemvs_conv = g->gemvs;
+    for (int i = 0; i < 2 && g->gemvs_conv; i++)
+        for (int k = 0; k < 4 && g->gemvs_conv; k++)
+            g->gemvs_conv = cu->funcSetAttribute(g->fn.gemvs_conv[i][k], 8,
+                                                 Q35_GEMVS_SMEM) == 0;
     /* the affine-4 one with tensor maps */
     g->q4s = g->gemvs &&
              LOOM_HAS_FIELD(cu->struct_size, loom_cuda, tensorMapEncodeTiled) &&

@@ -54,6 +54,8 @@ typedef struct q35_gpu_fns {
     /* one row through shared memory (gemv_stream.cu): [bf16, f16][SwiGLU]
      * [wpr 1, 2, 4, 8] */
     loom_cu_function gemvs[2][2][4];
+    /* ... with the GDN conv in its epilogue: [bf16, f16][wpr kind] */
+    loom_cu_function gemvs_conv[2][4];
     /* on tensor cores (gemv_mma.cu): [SwiGLU][tiles of 4, 8, 16, 32
      * rows]; their activations split into BF16 halves */
     loom_cu_function mma[2][Q35_MMA_TILES], split;
@@ -65,7 +67,7 @@ typedef struct q35_gpu_fns {
     loom_cu_function q4s[2][4];
     loom_cu_function rmsnorm, conv, conv_restore;
     loom_cu_function gdn_rec, gdn_rec4, gdn_rec4m, gdn_replay;
-    loom_cu_function attn_prep, attention, attn_combine;
+    loom_cu_function attn_prep, attention;
     loom_cu_function gather, add, next_split, moe_route, moe_axpy;
     loom_cu_function to_bf16, swiglu; /* prompt chunks (prompt.cu) */
     loom_cu_function conv_chunk, gdnc_prep, gdnc_wy, gdnc_apply, gdnc_norm;
@@ -81,6 +83,7 @@ typedef struct q35_gpu_scratch {
     loom_cu_ptr prob, sel, wsel, gout, proj, shg;
     loom_cu_ptr rows, streams;
     loom_cu_ptr part; /* attention's splits: [R][n_heads][splits][hd + 2] */
+    loom_cu_ptr cnt;  /* ... and the splits done of each [R][n_heads] */
     loom_cu_ptr xb;   /* a prompt chunk's product input as BF16 */
     loom_cu_ptr gup;  /* its SwiGLU's second product */
     loom_cu_ptr wy;   /* its delta rule's chunk records (gdn_prompt.cu) */
@@ -164,6 +167,12 @@ typedef struct q35_gpu {
      * reads xb (a prompt chunk's tensor cores): the SwiGLU may then leave
      * its float rows unwritten */
     int xb_next;
+    /* set by a GDN layer of a one-row step around its merged input
+     * product: the conv it asks of that product's epilogue (or NULL), and
+     * whether the product took it */
+    const q35_conv_epi *conv_epi;
+    int conv_done;
+    int gemvs_conv; /* the epilogue kernels are there */
     /* per-round host tables (the rows by stream are m->plan's) */
     int32_t *dev_of; /* [max_rows] round row -> device row */
     int32_t *maps;   /* the output maps, grown with the taps */

@@ -195,11 +195,21 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
             if (nb > rows)
                 nb = rows;
             unsigned smem = (unsigned)(ns * Q35_GEMVS_STAGE + cols * 4);
-            void *args[] = {&wp,   &w2p,  &x,    &ldx, &y,   &ldy,
-                            &rows, &cols, &mode, &nw,  &eps, &ns};
-            return q35_gpu_launch(R->g, R->g->fn.gemvs[dt][glu][k],
-                                  (unsigned)nb, (unsigned)T, 288, smem, args,
-                                  "q35_gemvs", R->err);
+            q35_conv_epi cv;
+            const q35_conv_epi *ce = R->g->conv_epi;
+            void *args[] = {&wp,   &w2p,  &x,  &ldx, &y,  &ldy, &rows,
+                            &cols, &mode, &nw, &eps, &ns, &cv};
+            loom_cu_function f = R->g->fn.gemvs[dt][glu][k];
+            /* the conv in the epilogue: a block's rows fit its registers'
+             * one row ahead (Q35_CONV_EPI_ROWS) */
+            if (ce && !glu && mode == 0 && R->g->gemvs_conv &&
+                (rows + nb - 1) / nb <= Q35_CONV_EPI_ROWS) {
+                cv = *ce;
+                f = R->g->fn.gemvs_conv[dt][k];
+                R->g->conv_done = 1;
+            }
+            return q35_gpu_launch(R->g, f, (unsigned)nb, (unsigned)T, 288, smem,
+                                  args, "q35_gemvs", R->err);
         }
         int nt = many ? 8 : 1;
         int rpw = many ? Q35_GEMV8_RPW / (glu ? 2 : 1) : (glu ? 2 : 4);
@@ -351,10 +361,8 @@ static loom_status q35_gpu_attention(const q35_run *R, q35_gpu_layer *L,
     /* the rows before the prompt chunks (all of them without chunks) */
     int Ta = R->g->attn_chunk && R->g->n_pc ? R->g->pc_row0 : T;
     if (Ta > 0) {
-        Q35_LAUNCH(attention, nh * sp, Ta, 128, 0, &qp, &ldq, &s->part,
-                   &s->streams, &s->rows, &slot, &nh, &nkv, &hd, &sp);
-        Q35_LAUNCH(attn_combine, nh, Ta, 128, 0, &qp, &ldq, &s->part, &s->o,
-                   &s->streams, &s->rows, &nh, &hd, &sp);
+        Q35_LAUNCH(attention, nh * sp, Ta, 128, 0, &qp, &ldq, &s->part, &s->cnt,
+                   &s->o, &s->streams, &s->rows, &slot, &nh, &nkv, &hd, &sp);
     }
     for (int32_t i = 0; i < R->g->n_pc && R->g->attn_chunk; i++) {
         int si = R->g->pc[i], n = R->g->dstreams[si].count;
@@ -399,8 +407,20 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
         zp = qkv + (uint64_t)cd * 4;
         bp = zp + (uint64_t)vd * 4;
         ap = bp + (uint64_t)Hv * 4;
-        Q35_LIN(&L->in, NULL, s->h, H, qkv, ld_in, T, 0, 0, 0, L->in_norm);
+        /* a one-row step (no prompt chunk, no log of a window) may run
+         * the conv in the product's epilogue */
+        q35_conv_epi cv = {L->conv_w, s->conv_out, s->streams, s->rows,
+                           slot,      cd,          K,          n_lin,
+                           log_size,  log_conv};
+        g->conv_epi = T == 1 && g->n_pc == 0 ? &cv : NULL;
+        g->conv_done = 0;
+        loom_status st = q35_lin(R, &L->in, NULL, s->h, H, qkv, ld_in, T, 0, 0,
+                                 0, L->in_norm);
+        g->conv_epi = NULL;
+        if (st != LOOM_OK)
+            return st;
     } else {
+        g->conv_done = 0;
         loom_cu_ptr none = 0;
         loom_status st = q35_gpu_norm(R, s->h, none, s->xn, L->in_norm, T);
         if (st != LOOM_OK)
@@ -418,9 +438,10 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
         Q35_LIN(&L->b, NULL, s->xn, H, s->b, Hv, T, 0, 0, 0, 0);
         Q35_LIN(&L->a, NULL, s->xn, H, s->a, Hv, T, 0, 0, 0, 0);
     }
-    Q35_LAUNCH(conv, (cd + 127) / 128, R->ns, 128, 0, &qkv, &s->conv_out,
-               &L->conv_w, &s->streams, &s->rows, &slot, &cd, &K, &n_lin,
-               &log_size, &log_conv, &ld_in);
+    if (!g->conv_done)
+        Q35_LAUNCH(conv, (cd + 127) / 128, R->ns, 128, 0, &qkv, &s->conv_out,
+                   &L->conv_w, &s->streams, &s->rows, &slot, &cd, &K, &n_lin,
+                   &log_size, &log_conv, &ld_in);
     /* prompt chunks: the conv in segments of rows */
     for (int32_t i = 0; i < g->n_pc && g->gdn_chunk; i++) {
         int si = g->pc[i], seg = LOOM_PROMPT_MIN_ROWS;

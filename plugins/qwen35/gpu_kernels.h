@@ -297,6 +297,19 @@ typedef struct q35_gpu_stream {
     int32_t pad;
 } q35_gpu_stream;
 
+/* The GDN conv run in the epilogue of a one-row step's merged input
+ * product (q35_gemvs*_conv): rows [0, cd) are the conv's channels, and
+ * what q35_conv reads comes with it. A block's rows are at most
+ * Q35_CONV_EPI_ROWS. */
+#define Q35_CONV_EPI_ROWS 64
+typedef struct q35_conv_epi {
+    uint64_t w;       /* float [cd][K] */
+    uint64_t out;     /* float [rows][cd] */
+    uint64_t streams; /* q35_gpu_stream: the round's one */
+    uint64_t rows;    /* q35_gpu_row */
+    int32_t slot, cd, K, n_lin, log_size, log_conv;
+} q35_conv_epi;
+
 /* Offsets (floats) of one row's entry in one GDN layer's replay log. */
 typedef struct q35_gpu_log {
     int32_t conv, k, v, decay, beta, size;

@@ -77,8 +77,9 @@ q35_attn_prep(float *qg, const float *kb, const float *vb, int ldq, int ldkv,
     }
 }
 
-#define Q35_ATTN_WARPS 4
-#define Q35_ATTN_ND    8 // head_dim up to 256
+#define Q35_ATTN_ND 8  // head_dim up to 256
+#define Q35_ATTN_T  64 // positions of a tile: scores, then values
+#define Q35_ATTN_B  8  // a warp's keys in flight at once
 
 // Positions per split of a row with n_ctx keys when a launch has `splits`
 // of them: at least Q35_ATTN_CHUNK, a multiple of it, and few enough that
@@ -90,23 +91,34 @@ __device__ __forceinline__ int q35_attn_chunk(int n_ctx, int splits)
     return (per + Q35_ATTN_CHUNK - 1) / Q35_ATTN_CHUNK * Q35_ATTN_CHUNK;
 }
 
-// Attention split over keys (flash decoding). Block (split * nh + query
-// head, row), 4 warps: warp w takes positions w, w+4, ... of the split's range
-// with a running max and sum (online softmax, float32, accurate expf), lane
-// l the dims l, l+32, ...; the warps then merge in warp order into the
-// split's (max, sum, unnormalised output) in `part`. Score = (q . k) *
-// hd^-0.5, the dot as a fixed butterfly over the lanes.
-extern "C" __global__ void q35_attention(const float *qg, int ldq, float *part,
-                                         const q35_gpu_stream *streams,
-                                         const q35_gpu_row *rows, int slot,
-                                         int nh, int nkv, int hd, int splits)
+// Attention of decode rows, split over keys (flash decoding). Block (split
+// * nh + query head, row), 4 warps; the split's positions in tiles of
+// Q35_ATTN_T (Q35_ATTN_CHUNK is a multiple). Per tile: the scores, warp w
+// taking positions w, w + 4, ... Q35_ATTN_B at a time with their loads in
+// flight together (lane l the dims l, l + 32, ..., the dot a fixed
+// butterfly; score = (q . k) hd^-0.5); the tile's max M (exact whatever
+// the order) and the running (m, l, acc) rescaled by expf(m - M); then e_p
+// = expf(s_p - M), l += e_p in position order, and thread t's dims t, t +
+// 128 take acc += e_p v_p in position order. V is asked into L2 while the
+// scores run. The split's (m, l, acc) goes to `part`; the split that
+// finishes last (a counter per row and head, reset by it) merges the
+// row's splits in split order: o = (sum_s f_s acc_s) * (1 / sum_s f_s l_s)
+// * sigmoid(gate), f_s = exp(m_s - max m). Every order is fixed by the
+// row's position and the model alone.
+extern "C" __global__ void __launch_bounds__(128)
+    q35_attention(const float *qg, int ldq, float *part, int *cnt, float *o,
+                  const q35_gpu_stream *streams, const q35_gpu_row *rows,
+                  int slot, int nh, int nkv, int hd, int splits)
 {
     Q35_PDL_ENTER();
-    __shared__ float sq[Q35_ATTN_ND * 32];
-    __shared__ float wm[Q35_ATTN_WARPS], wl[Q35_ATTN_WARPS];
-    __shared__ float wacc[Q35_ATTN_WARPS][Q35_ATTN_ND * 32];
+    __shared__ float sq[Q35_ATTN_ND * 32], sc[Q35_ATTN_T];
+    __shared__ int64_t pg[Q35_ATTN_T / Q35_KV_PAGE];
+    __shared__ float fs[Q35_ATTN_SPLITS];
+    __shared__ float inv_l;
+    __shared__ int last;
     int h = blockIdx.x % nh, t = blockIdx.y, sp = blockIdx.x / nh;
-    if (streams[rows[t].stream].chunk & 2)
+    const q35_gpu_stream st = streams[rows[t].stream];
+    if (st.chunk & 2)
         return; // q35_attn_chunk's
     int n_ctx = rows[t].pos + 1;
     int chunk = q35_attn_chunk(n_ctx, splits);
@@ -114,117 +126,130 @@ extern "C" __global__ void q35_attention(const float *qg, int ldq, float *part,
     if (p0 >= n_ctx)
         return; // a split this row does not use
     int p1 = min(n_ctx, p0 + chunk);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const q35_gpu_stream st = streams[rows[t].stream];
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int kvw = nkv * hd, kvh = h / (nh / nkv);
     const float *q = qg + (int64_t)t * ldq + (int64_t)h * 2 * hd;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x)
+    for (int i = tid; i < hd; i += blockDim.x)
         sq[i] = q[i];
-    __syncthreads();
     float scale = 1.0f / sqrtf((float)hd);
-    float m = -INFINITY, l = 0.0f, acc[Q35_ATTN_ND];
+    float m = -INFINITY, l = 0.0f, acc[2] = {0.0f, 0.0f};
+    const int32_t *pt = reinterpret_cast<const int32_t *>(st.ptab);
+    float *kv = reinterpret_cast<float *>(st.kv);
+    for (int b0 = p0; b0 < p1; b0 += Q35_ATTN_T) {
+        int nt = min(Q35_ATTN_T, p1 - b0);
+        __syncthreads(); // the last tile's sc and pg are read
+        if (tid < (nt + Q35_KV_PAGE - 1) / Q35_KV_PAGE)
+            pg[tid] = pt[b0 / Q35_KV_PAGE + tid];
+        __syncthreads();
+        // position b0 + i of K (which 0) or V (1), this key head
+        auto at = [&](int i, int which) {
+            int64_t blk = (pg[i / Q35_KV_PAGE] * st.n_attn + slot) * 2 + which;
+            return kv + (blk * Q35_KV_PAGE + i % Q35_KV_PAGE) * (int64_t)kvw +
+                   (int64_t)kvh * hd;
+        };
+        for (int i0 = warp; i0 < nt; i0 += 4 * Q35_ATTN_B) {
+            float kr[Q35_ATTN_B][Q35_ATTN_ND];
 #pragma unroll
-    for (int k = 0; k < Q35_ATTN_ND; k++)
-        acc[k] = 0.0f;
-    for (int p = p0 + warp; p < p1; p += Q35_ATTN_WARPS) {
-        const float *kp = q35_kv_at(st, slot, 0, p, kvw) + kvh * hd;
-        float d = 0.0f;
+            for (int u = 0; u < Q35_ATTN_B; u++) {
+                int i = i0 + 4 * u;
+                const float *kp = i < nt ? at(i, 0) : nullptr;
 #pragma unroll
-        for (int k = 0; k < Q35_ATTN_ND; k++) {
-            int i = lane + 32 * k;
-            if (i < hd)
-                d = fmaf(sq[i], kp[i], d);
+                for (int k = 0; k < Q35_ATTN_ND; k++) {
+                    int d = lane + 32 * k;
+                    kr[u][k] = kp && d < hd ? kp[d] : 0.0f;
+                }
+                // this position's V on its way to L2: a 128-byte line a
+                // lane
+                if (kp && lane * 32 < hd)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(
+                        at(i, 1) + lane * 32));
+            }
+#pragma unroll
+            for (int u = 0; u < Q35_ATTN_B; u++) {
+                float d = 0.0f;
+#pragma unroll
+                for (int k = 0; k < Q35_ATTN_ND; k++)
+                    if (lane + 32 * k < hd)
+                        d = fmaf(sq[lane + 32 * k], kr[u][k], d);
+                d = __fmul_rn(q35_warp_sum(d), scale);
+                if (lane == 0 && i0 + 4 * u < nt)
+                    sc[i0 + 4 * u] = d;
+            }
         }
-        float sc = __fmul_rn(q35_warp_sum(d), scale);
-        if (sc > m) {
-            float corr = expf(m - sc);
-            l = __fmul_rn(l, corr);
+        __syncthreads();
+        float tm = fmaxf(lane < nt ? sc[lane] : -INFINITY,
+                         lane + 32 < nt ? sc[lane + 32] : -INFINITY);
+        float M = fmaxf(m, q35_warp_max(tm));
+        float corr = m == -INFINITY ? 0.0f : expf(m - M);
+        l = __fmul_rn(l, corr);
+        acc[0] = __fmul_rn(acc[0], corr);
+        acc[1] = __fmul_rn(acc[1], corr);
+        m = M;
+        __syncthreads(); // every warp has its tile max
+        if (tid < nt)
+            sc[tid] = expf(sc[tid] - M);
+        __syncthreads();
+        if (tid == 0)
+            for (int i = 0; i < nt; i++)
+                l = __fadd_rn(l, sc[i]);
+#pragma unroll 16
+        for (int i = 0; i < nt; i++) {
+            const float *vp = at(i, 1);
+            float e = sc[i];
 #pragma unroll
-            for (int k = 0; k < Q35_ATTN_ND; k++)
-                acc[k] = __fmul_rn(acc[k], corr);
-            m = sc;
+            for (int j = 0; j < 2; j++)
+                if (tid + 128 * j < hd)
+                    acc[j] = fmaf(e, vp[tid + 128 * j], acc[j]);
         }
-        float e = expf(sc - m);
-        l = __fadd_rn(l, e);
-        const float *vp = q35_kv_at(st, slot, 1, p, kvw) + kvh * hd;
-#pragma unroll
-        for (int k = 0; k < Q35_ATTN_ND; k++) {
-            int i = lane + 32 * k;
-            if (i < hd)
-                acc[k] = fmaf(e, vp[i], acc[k]);
+    }
+    int nsp = (n_ctx + chunk - 1) / chunk;
+    float *pp = part + ((int64_t)t * nh + h) * splits * (hd + 2);
+    float *out = pp + (int64_t)sp * (hd + 2);
+    if (tid == 0) {
+        out[0] = m;
+        out[1] = l;
+    }
+    for (int j = 0; j < 2; j++)
+        if (tid + 128 * j < hd)
+            out[2 + tid + 128 * j] = acc[j];
+    if (nsp > 1) {
+        // the splits' parts are seen by whichever block comes last
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) {
+            int *c = cnt + (int64_t)t * nh + h;
+            last = atomicAdd(c, 1) == nsp - 1;
+            if (last)
+                *c = 0;
         }
+        __syncthreads();
+        if (!last)
+            return;
+        __threadfence();
+    } else {
+        __syncthreads();
     }
-    if (lane == 0) {
-        wm[warp] = m;
-        wl[warp] = l;
-    }
-#pragma unroll
-    for (int k = 0; k < Q35_ATTN_ND; k++) {
-        int i = lane + 32 * k;
-        if (i < hd)
-            wacc[warp][i] = acc[k];
-    }
-    __syncthreads();
-    float M = wm[0];
-    for (int w = 1; w < Q35_ATTN_WARPS; w++)
-        M = fmaxf(M, wm[w]);
-    float L = 0.0f, f[Q35_ATTN_WARPS];
-    for (int w = 0; w < Q35_ATTN_WARPS; w++) {
-        f[w] = wl[w] > 0.0f ? expf(wm[w] - M) : 0.0f;
-        L = fmaf(wl[w], f[w], L);
-    }
-    float *out = part + (((int64_t)t * nh + h) * splits + sp) * (hd + 2);
-    if (threadIdx.x == 0) {
-        out[0] = M;
-        out[1] = L;
-    }
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        float s = 0.0f;
-        for (int w = 0; w < Q35_ATTN_WARPS; w++)
-            s = fmaf(wacc[w][i], f[w], s);
-        out[2 + i] = s;
-    }
-}
-
-// Block (query head, row): merges the row's splits in split order, o =
-// (sum_s f_s acc_s) * (1 / sum_s f_s l_s) * sigmoid(gate), f_s =
-// exp(m_s - max m). One split gives back its own values unchanged.
-extern "C" __global__ void q35_attn_combine(const float *qg, int ldq,
-                                            const float *part, float *o,
-                                            const q35_gpu_stream *streams,
-                                            const q35_gpu_row *rows, int nh,
-                                            int hd, int splits)
-{
-    Q35_PDL_ENTER();
-    __shared__ float fs[Q35_ATTN_SPLITS];
-    __shared__ float inv_l;
-    int h = blockIdx.x, t = blockIdx.y;
-    if (streams[rows[t].stream].chunk & 2)
-        return; // q35_attn_chunk's
-    int n_ctx = rows[t].pos + 1;
-    int chunk = q35_attn_chunk(n_ctx, splits);
-    int n = (n_ctx + chunk - 1) / chunk;
-    const float *pp = part + ((int64_t)t * nh + h) * splits * (hd + 2);
-    if (threadIdx.x == 0) {
-        float M = pp[0];
-        for (int s = 1; s < n; s++)
-            M = fmaxf(M, pp[(int64_t)s * (hd + 2)]);
+    if (tid == 0) {
+        float Mx = __ldcg(pp);
+        for (int s = 1; s < nsp; s++)
+            Mx = fmaxf(Mx, __ldcg(pp + (int64_t)s * (hd + 2)));
         float L = 0.0f;
-        for (int s = 0; s < n; s++) {
+        for (int s = 0; s < nsp; s++) {
             const float *ps = pp + (int64_t)s * (hd + 2);
-            fs[s] = ps[1] > 0.0f ? expf(ps[0] - M) : 0.0f;
-            L = fmaf(ps[1], fs[s], L);
+            float ls = __ldcg(ps + 1);
+            fs[s] = ls > 0.0f ? expf(__ldcg(ps) - Mx) : 0.0f;
+            L = fmaf(ls, fs[s], L);
         }
         inv_l = 1.0f / L;
     }
     __syncthreads();
-    const float *gate = qg + (int64_t)t * ldq + (int64_t)h * 2 * hd + hd;
+    const float *gate = q + hd;
     float *orow = o + (int64_t)t * nh * hd + (int64_t)h * hd;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        float s = 0.0f;
-        for (int k = 0; k < n; k++)
-            s = fmaf(pp[(int64_t)k * (hd + 2) + 2 + i], fs[k], s);
-        orow[i] = __fmul_rn(__fmul_rn(s, inv_l), q35_sigmoid(gate[i]));
+    for (int i = tid; i < hd; i += blockDim.x) {
+        float sum = 0.0f;
+        for (int k = 0; k < nsp; k++)
+            sum = fmaf(__ldcg(pp + (int64_t)k * (hd + 2) + 2 + i), fs[k], sum);
+        orow[i] = __fmul_rn(__fmul_rn(sum, inv_l), q35_sigmoid(gate[i]));
     }
 }
 

@@ -164,11 +164,16 @@ __device__ __forceinline__ void q35_stage_row(const float *xr, float *xs,
 // sums over its lanes (the fixed butterfly) into red[row][part] (rows
 // row0, row0 + G, ...), then thread j < live adds row j's WPR parts in
 // part order and stores yo[j] = s, yo[j] += s (mode 1), or silu(s) s2
-// (GLU, s2 from stage row RPW + j). The accumulators restart at 0.
-template <int M, int G, int WPR, int RPW, bool GLU>
+// (GLU, s2 from stage row RPW + j), then (mode 0) post(j, s). The
+// accumulators restart at 0.
+struct q35_no_post {
+    __device__ void operator()(int, float) const {}
+};
+template <int M, int G, int WPR, int RPW, bool GLU, typename Post = q35_no_post>
 __device__ __forceinline__ void q35_ring_rows(float *acc, float (*red)[WPR],
                                               int row0, int part, int live,
-                                              float *yo, int mode)
+                                              float *yo, int mode,
+                                              Post post = Post())
 {
     int tid = threadIdx.x, lane = tid & 31;
 #pragma unroll
@@ -193,6 +198,7 @@ __device__ __forceinline__ void q35_ring_rows(float *acc, float (*red)[WPR],
         yo[tid] = __fadd_rn(yo[tid], v);
     } else {
         yo[tid] = v;
+        post(tid, v);
     }
 }
 

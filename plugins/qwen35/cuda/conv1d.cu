@@ -4,32 +4,7 @@
 // Rounding: s = sum_j w[j] * in[j] in float32, taps oldest first, as the CPU
 // path; the tail is copied, never rounded.
 #include "common.cuh"
-
-#define Q35_MAX_TAIL 7 // kernel widths up to 8
-
-// One row of one channel: silu(sum_j w[j] * in[j]) over the tail t (oldest
-// first) and the row's input xv, taps oldest first; then xv joins the tail.
-__device__ __forceinline__ float q35_conv_step(const float *wc, float *t,
-                                               int kt, float xv)
-{
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < Q35_MAX_TAIL; j++)
-        if (j < kt)
-            s = fmaf(wc[j], t[j], s);
-    s = fmaf(wc[kt], xv, s);
-#pragma unroll
-    for (int j = 0; j + 1 < Q35_MAX_TAIL; j++)
-        if (j + 1 < kt)
-            t[j] = t[j + 1];
-    if (kt > 0) {
-#pragma unroll
-        for (int j = 0; j < Q35_MAX_TAIL; j++)
-            if (j == kt - 1)
-                t[j] = xv;
-    }
-    return q35_silu(s);
-}
+#include "conv.cuh"
 
 extern "C" __global__ void q35_conv(const float *x, float *y, const float *w,
                                     const q35_gpu_stream *streams,

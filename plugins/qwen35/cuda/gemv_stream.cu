@@ -10,6 +10,7 @@
 // a window (q35_gemv8) give the same bits.
 #include "bulk.cuh"
 #include "common.cuh"
+#include "conv.cuh"
 
 // A slab: 8 chunks of 256 columns of a group of rows, one stage of the ring.
 #define Q35_SLAB Q35_GEMVS_SLAB
@@ -44,11 +45,16 @@ q35_slab_issue(const W *w, const W *w2, int64_t ra, int64_t rb, int cols,
 // chunks p, p + WPR, ...) of the stage rows w / WPR, w / WPR + 8 / WPR, ...
 // With nw, x is the residual stream and the RMSNorm is applied as
 // q35_gemv_body applies it (q35_stage_row, q35_norm_rs).
-template <typename W, int RPW, bool GLU, int NS, int WPR>
+//
+// CONV (a one-row step's merged GDN input product, mode 0): thread j of a
+// group also runs the conv of its row r < cv.cd as q35_conv does (the
+// snapshot, the log, the step, the tail), its tail and taps loaded a group
+// ahead, so no load waits at the group's end.
+template <typename W, int RPW, bool GLU, int NS, int WPR, bool CONV = false>
 __device__ __forceinline__ void
 q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
                int ldy, int rows, int cols, int mode, const float *nw,
-               float eps, int ns)
+               float eps, int ns, q35_conv_epi cv = q35_conv_epi())
 {
     constexpr int S = GLU ? 2 * RPW : RPW;
     constexpr int G = 8 / WPR; // rows a slab's chunks serve at once
@@ -88,6 +94,28 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
         return;
     }
     q35_pdl_wait();
+    // CONV: this thread's row of the next group, its tail and taps
+    int kt = cv.K - 1, cend = (int)min(rb, (int64_t)cv.cd);
+    float ct[Q35_MAX_TAIL], cw[Q35_MAX_TAIL + 1];
+    float *tail = nullptr;
+    q35_gpu_stream cst;
+    auto conv_load = [&](int64_t r) {
+        if (r >= cend)
+            return;
+#pragma unroll
+        for (int j = 0; j < Q35_MAX_TAIL; j++)
+            ct[j] = j < kt ? tail[(int64_t)j * cv.cd + r] : 0.0f;
+#pragma unroll
+        for (int j = 0; j <= Q35_MAX_TAIL; j++)
+            cw[j] = j <= kt ? reinterpret_cast<const float *>(cv.w)[r * cv.K + j]
+                            : 0.0f;
+    };
+    if (CONV && threadIdx.x < RPW) {
+        cst = reinterpret_cast<const q35_gpu_stream *>(cv.streams)[0];
+        tail = reinterpret_cast<float *>(cst.conv) +
+               (int64_t)cv.slot * kt * cv.cd;
+        conv_load(ra + threadIdx.x);
+    }
     q35_stage_row(x + (int64_t)t * ldx, xs, cols, nw, eps, bred, q35_flat());
     int part = warp % WPR, row0 = warp / WPR;
     float acc[M];
@@ -127,10 +155,44 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
         if (lane == 0)
             q35_bar_arrive(&empty[st]);
         // the group's last slab: each row's parts in order
-        if (s == nsl - 1)
+        if (s == nsl - 1 && CONV) {
+            // thread j: row r0 + j, one of a one-row step's (q35_conv)
+            auto conv = [&](int j, float xv) {
+                int64_t r = r0 + j;
+                if (r >= cend)
+                    return;
+                int row = cst.first;
+                if (cst.snap_row == 0) {
+                    float *snap = reinterpret_cast<float *>(cst.snap_conv) +
+                                  (int64_t)cv.slot * kt * cv.cd;
+#pragma unroll
+                    for (int q = 0; q < Q35_MAX_TAIL; q++)
+                        if (q < kt)
+                            snap[(int64_t)q * cv.cd + r] = ct[q];
+                }
+                int li = reinterpret_cast<const q35_gpu_row *>(cv.rows)[row].log;
+                if (li >= 0) {
+                    float *log = reinterpret_cast<float *>(cst.log) +
+                                 ((int64_t)li * cv.n_lin + cv.slot) *
+                                     cv.log_size;
+                    log[cv.log_conv + r] = xv;
+                }
+                reinterpret_cast<float *>(cv.out)[(int64_t)row * cv.cd + r] =
+                    q35_conv_step(cw, ct, kt, xv);
+#pragma unroll
+                for (int q = 0; q < Q35_MAX_TAIL; q++)
+                    if (q < kt)
+                        tail[(int64_t)q * cv.cd + r] = ct[q];
+                conv_load(r + RPW);
+            };
+            q35_ring_rows<M, G, WPR, RPW, GLU>(acc, red[g & 1], row0, part,
+                                               live, y + (int64_t)t * ldy + r0,
+                                               mode, conv);
+        } else if (s == nsl - 1) {
             q35_ring_rows<M, G, WPR, RPW, GLU>(acc, red[g & 1], row0, part,
                                                live, y + (int64_t)t * ldy + r0,
                                                mode);
+        }
     }
 }
 
@@ -162,3 +224,21 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
 
 Q35_GEMVS_ALL(uint16_t, bf16)
 Q35_GEMVS_ALL(__half, f16)
+
+#define Q35_GEMVS_CONV(name, W, WPR)                                           \
+    extern "C" __global__ void __launch_bounds__(288) name(                    \
+        const W *w, const W *w2, const float *x, int ldx, float *y, int ldy,   \
+        int rows, int cols, int mode, const float *nw, float eps, int ns,      \
+        q35_conv_epi cv)                                                       \
+    {                                                                          \
+        Q35_GEMVS_SM90(                                                        \
+            q35_gemvs_body<W, Q35_GEMVS_RPW, false, Q35_GEMVS_NS, WPR, true>(  \
+                w, w2, x, ldx, y, ldy, rows, cols, mode, nw, eps, ns, cv));    \
+    }
+#define Q35_GEMVS_CONV_ALL(W, tag)                                             \
+    Q35_GEMVS_CONV(q35_gemvs1_conv_##tag, W, 1)                                \
+    Q35_GEMVS_CONV(q35_gemvs2_conv_##tag, W, 2)                                \
+    Q35_GEMVS_CONV(q35_gemvs4_conv_##tag, W, 4)                                \
+    Q35_GEMVS_CONV(q35_gemvs8_conv_##tag, W, 8)
+Q35_GEMVS_CONV_ALL(uint16_t, bf16)
+Q35_GEMVS_CONV_ALL(__half, f16)
