@@ -273,7 +273,7 @@ static inline uint64_t q35_attn_mma_smem(int hd)
 #define Q35_WY_C 64
 
 #define Q35_ATTN_SPLITS 32
-#define Q35_ATTN_CHUNK  64
+#define Q35_ATTN_CHUNK  16
 
 /* One stream (cache) of a round: where its device state lives and which
  * rows of the round are its. */

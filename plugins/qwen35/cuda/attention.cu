@@ -85,6 +85,7 @@ q35_attn_prep(float *qg, const float *kb, const float *vb, int ldq, int ldkv,
 // of them: at least Q35_ATTN_CHUNK, a multiple of it, and few enough that
 // the row fits the splits. It depends only on the row's position and the
 // model, never on what else the launch carries.
+static_assert(Q35_ATTN_CHUNK % Q35_KV_PAGE == 0, "a split is whole pages");
 __device__ __forceinline__ int q35_attn_chunk(int n_ctx, int splits)
 {
     int per = (n_ctx + splits - 1) / splits;
@@ -92,8 +93,9 @@ __device__ __forceinline__ int q35_attn_chunk(int n_ctx, int splits)
 }
 
 // Attention of decode rows, split over keys (flash decoding). Block (split
-// * nh + query head, row), 4 warps; the split's positions in tiles of
-// Q35_ATTN_T (Q35_ATTN_CHUNK is a multiple). Per tile: the scores, warp w
+// * nh + query head, row), 4 warps; the split's positions (a multiple of
+// a page, Q35_ATTN_CHUNK, short enough that short contexts spread over
+// many blocks) in tiles of up to Q35_ATTN_T. Per tile: the scores, warp w
 // taking positions w, w + 4, ... Q35_ATTN_B at a time with their loads in
 // flight together (lane l the dims l, l + 32, ..., the dot a fixed
 // butterfly; score = (q . k) hd^-0.5); the tile's max M (exact whatever

@@ -15,8 +15,9 @@
 // launched so that it may start while the one before it drains. It waits
 // for that one (and, as each waited for its own, all before it) to finish
 // before it touches anything an earlier kernel writes; what it does before
-// the wait reads weights only. Every kernel opens with Q35_PDL_ENTER, or
-// with q35_pdl_allow and later q35_pdl_wait, on every path.
+// the wait reads weights only, or (Q35_PDL_FIRST) what only earlier
+// forwards write. Every kernel opens with Q35_PDL_ENTER, or with
+// q35_pdl_allow and later q35_pdl_wait, on every path.
 __device__ __forceinline__ void q35_pdl_wait()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -33,6 +34,14 @@ __device__ __forceinline__ void q35_pdl_allow()
     do {                                                                       \
         q35_pdl_allow();                                                       \
         q35_pdl_wait();                                                        \
+    } while (0)
+// The first kernel of a forward (the embedding) waits before it lets the
+// next start: every kernel after it, even before its own wait, then runs
+// once all before the forward (the last forward, a commit, a copy) is done.
+#define Q35_PDL_FIRST()                                                        \
+    do {                                                                       \
+        q35_pdl_wait();                                                        \
+        q35_pdl_allow();                                                       \
     } while (0)
 
 // 16 bytes of weights, streamed: not kept in L1, where the activations are.

@@ -16,19 +16,19 @@ __device__ void q35_embed_body(const W *table, const q35_gpu_row *rows,
 extern "C" __global__ void
 q35_embed_bf16(const uint16_t *table, const q35_gpu_row *rows, float *h, int H)
 {
-    Q35_PDL_ENTER();
+    Q35_PDL_FIRST();
     q35_embed_body(table, rows, h, H);
 }
 extern "C" __global__ void
 q35_embed_f16(const __half *table, const q35_gpu_row *rows, float *h, int H)
 {
-    Q35_PDL_ENTER();
+    Q35_PDL_FIRST();
     q35_embed_body(table, rows, h, H);
 }
 extern "C" __global__ void
 q35_embed_f32(const float *table, const q35_gpu_row *rows, float *h, int H)
 {
-    Q35_PDL_ENTER();
+    Q35_PDL_FIRST();
     q35_embed_body(table, rows, h, H);
 }
 
@@ -77,7 +77,7 @@ extern "C" __global__ void q35_embed_q4(const uint32_t *q, const float *p,
                                         const q35_gpu_row *rows, float *h,
                                         int H, int gsz)
 {
-    Q35_PDL_ENTER();
+    Q35_PDL_FIRST();
     int t = blockIdx.x;
     int64_t r = rows[t].token;
     const uint32_t *qr = q + r * (H / 8);

@@ -286,7 +286,7 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     cg::cluster_group cl = cg::this_cluster();
-    Q35_PDL_ENTER();
+    q35_pdl_allow();
     __shared__ float sqk[2][256], part[8 * 32], db[2];
     // a row's group sum of squares, by row parity (the next row's is
     // written while another block may still read this one's)
@@ -301,10 +301,15 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
     sh.on = sh.j < dv;
     int h = blockIdx.x / Q35_GDN_CTAS, j = sh.j;
     int lane = threadIdx.x & 31;
+    // before the wait: the stream table (uploaded before the forward) and
+    // the state, which no kernel of this forward before this one writes
+    // (Q35_PDL_FIRST)
     const q35_gpu_stream st = streams[blockIdx.y];
     // the whole cluster takes this branch (one stream)
-    if (st.chunk & 1)
+    if (st.chunk & 1) {
+        q35_pdl_wait();
         return;
+    }
     int kh = h / (Hv / Hk);
     int kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd;
     int64_t hoff = ((int64_t)slot * Hv + h) * dk * dv;
@@ -316,6 +321,7 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
     q35_gdn_load(s, S, dk, dv, sh);
     bool out = sh.on && sh.p == 0;
     float gv = out ? gnorm[j] : 0.0f;
+    q35_pdl_wait();
     // AHEAD: each row's inputs are loaded while the row before is computed
     q35_gdn_in cur, nxt;
     if (AHEAD && st.count > 0)
