@@ -409,9 +409,17 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
         ap = bp + (uint64_t)Hv * 4;
         /* a one-row step (no prompt chunk, no log of a window) may run
          * the conv in the product's epilogue */
-        q35_conv_epi cv = {L->conv_w, s->conv_out, s->streams, s->rows,
-                           slot,      cd,          K,          n_lin,
-                           log_size,  log_conv};
+        q35_conv_epi cv = {L->conv_w,
+                           s->conv_out,
+                           s->streams,
+                           s->rows,
+                           slot,
+                           cd,
+                           K,
+                           n_lin,
+                           log_size,
+                           log_conv,
+                           (int64_t)Hv * dk * dv * 4};
         g->conv_epi = T == 1 && g->n_pc == 0 ? &cv : NULL;
         g->conv_done = 0;
         loom_status st = q35_lin(R, &L->in, NULL, s->h, H, qkv, ld_in, T, 0, 0,

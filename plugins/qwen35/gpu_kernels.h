@@ -308,6 +308,9 @@ typedef struct q35_conv_epi {
     uint64_t streams; /* q35_gpu_stream: the round's one */
     uint64_t rows;    /* q35_gpu_row */
     int32_t slot, cd, K, n_lin, log_size, log_conv;
+    /* the bytes of the layer's recurrent state in a slot, which the blocks
+     * ask into L2 as they finish, for the recurrence that comes next */
+    int64_t state_bytes;
 } q35_conv_epi;
 
 /* Offsets (floats) of one row's entry in one GDN layer's replay log. */

@@ -1,9 +1,12 @@
 // Gated full attention with partial RoPE (spec 2.3-2.4) over a stream's
-// float32 K/V rows in the model's paged pool (read through its page table): the per-head preparation (zero-centred
-// RMSNorm of q and k, NeoX RoPE on the first rot_dim dims, K/V written at the
-// row's position) and the attention itself with its sigmoid output gate.
+// float32 K/V rows in the model's paged pool (read through its page table): the
+// per-head preparation (zero-centred RMSNorm of q and k, NeoX RoPE on the first
+// rot_dim dims, K/V written at the row's position) and the attention itself
+// with its sigmoid output gate.
 #include "bulk.cuh"
 #include "common.cuh"
+
+#include <climits>
 
 // Position pos of K (which 0) or V (1) of attention layer `slot` in the
 // stream's pages.
@@ -37,9 +40,9 @@ q35_attn_prep(float *qg, const float *kb, const float *vb, int ldq, int ldkv,
     bool is_q = hs < nh;
     int kvw = nkv * hd;
     const q35_gpu_stream st = streams[rows[t].stream];
-    float *src = is_q
-                     ? qg + (int64_t)t * ldq + (int64_t)hs * 2 * hd
-                     : (float *)kb + (int64_t)t * ldkv + (int64_t)(hs - nh) * hd;
+    float *src =
+        is_q ? qg + (int64_t)t * ldq + (int64_t)hs * 2 * hd
+             : (float *)kb + (int64_t)t * ldkv + (int64_t)(hs - nh) * hd;
     const float *w = is_q ? q_norm : k_norm;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < hd; i += blockDim.x)
@@ -112,60 +115,90 @@ extern "C" __global__ void __launch_bounds__(128)
                   const q35_gpu_stream *streams, const q35_gpu_row *rows,
                   int slot, int nh, int nkv, int hd, int splits)
 {
-    Q35_PDL_ENTER();
+    q35_pdl_allow();
     __shared__ float sq[Q35_ATTN_ND * 32], sc[Q35_ATTN_T];
     __shared__ int64_t pg[Q35_ATTN_T / Q35_KV_PAGE];
     __shared__ float fs[Q35_ATTN_SPLITS];
     __shared__ float inv_l;
     __shared__ int last;
+    // before the wait: the row and stream tables and page table (uploaded
+    // before the forward), and K/V of the positions before the stream's
+    // first row in this round, which earlier forwards wrote
+    // (Q35_PDL_FIRST)
     int h = blockIdx.x % nh, t = blockIdx.y, sp = blockIdx.x / nh;
     const q35_gpu_stream st = streams[rows[t].stream];
-    if (st.chunk & 2)
-        return; // q35_attn_chunk's
     int n_ctx = rows[t].pos + 1;
     int chunk = q35_attn_chunk(n_ctx, splits);
     int p0 = sp * chunk;
-    if (p0 >= n_ctx)
-        return; // a split this row does not use
+    // q35_attn_chunk's rows, and a split this row does not use
+    if ((st.chunk & 2) || p0 >= n_ctx) {
+        q35_pdl_wait();
+        return;
+    }
+    int safe = rows[st.first].pos;
     int p1 = min(n_ctx, p0 + chunk);
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int kvw = nkv * hd, kvh = h / (nh / nkv);
     const float *q = qg + (int64_t)t * ldq + (int64_t)h * 2 * hd;
-    for (int i = tid; i < hd; i += blockDim.x)
-        sq[i] = q[i];
     float scale = 1.0f / sqrtf((float)hd);
     float m = -INFINITY, l = 0.0f, acc[2] = {0.0f, 0.0f};
     const int32_t *pt = reinterpret_cast<const int32_t *>(st.ptab);
     float *kv = reinterpret_cast<float *>(st.kv);
+    // position b0 + i of the tile at b0 (its pages in pg) of K (which 0)
+    // or V (1), this key head
+    auto at = [&](int i, int which) {
+        int64_t blk = (pg[i / Q35_KV_PAGE] * st.n_attn + slot) * 2 + which;
+        return kv + (blk * Q35_KV_PAGE + i % Q35_KV_PAGE) * (int64_t)kvw +
+               (int64_t)kvh * hd;
+    };
+    // a warp's batch of keys i0, i0 + 4, ... of the tile at b0 (nt
+    // positions), those at positions in [lo, hi); V asked into L2
+    float kr[Q35_ATTN_B][Q35_ATTN_ND];
+    auto kload = [&](int b0, int nt, int i0, int lo, int hi) {
+#pragma unroll
+        for (int u = 0; u < Q35_ATTN_B; u++) {
+            int i = i0 + 4 * u;
+            if (i >= nt || b0 + i < lo || b0 + i >= hi)
+                continue;
+            const float *kp = at(i, 0);
+#pragma unroll
+            for (int k = 0; k < Q35_ATTN_ND; k++) {
+                int d = lane + 32 * k;
+                kr[u][k] = d < hd ? kp[d] : 0.0f;
+            }
+            // a 128-byte line a lane
+            if (lane * 32 < hd)
+                asm volatile(
+                    "prefetch.global.L2 [%0];" ::"l"(at(i, 1) + lane * 32));
+        }
+    };
+#pragma unroll
+    for (int u = 0; u < Q35_ATTN_B; u++)
+#pragma unroll
+        for (int k = 0; k < Q35_ATTN_ND; k++)
+            kr[u][k] = 0.0f;
+    // the first tile's pages and first batch, as far as they are safe
+    if (tid < (min(Q35_ATTN_T, p1 - p0) + Q35_KV_PAGE - 1) / Q35_KV_PAGE)
+        pg[tid] = pt[p0 / Q35_KV_PAGE + tid];
+    __syncthreads();
+    kload(p0, min(Q35_ATTN_T, p1 - p0), warp, 0, safe);
+    q35_pdl_wait();
+    for (int i = tid; i < hd; i += blockDim.x)
+        sq[i] = q[i];
     for (int b0 = p0; b0 < p1; b0 += Q35_ATTN_T) {
         int nt = min(Q35_ATTN_T, p1 - b0);
-        __syncthreads(); // the last tile's sc and pg are read
-        if (tid < (nt + Q35_KV_PAGE - 1) / Q35_KV_PAGE)
-            pg[tid] = pt[b0 / Q35_KV_PAGE + tid];
-        __syncthreads();
-        // position b0 + i of K (which 0) or V (1), this key head
-        auto at = [&](int i, int which) {
-            int64_t blk = (pg[i / Q35_KV_PAGE] * st.n_attn + slot) * 2 + which;
-            return kv + (blk * Q35_KV_PAGE + i % Q35_KV_PAGE) * (int64_t)kvw +
-                   (int64_t)kvh * hd;
-        };
+        if (b0 > p0) {
+            __syncthreads(); // the last tile's sc and pg are read
+            if (tid < (nt + Q35_KV_PAGE - 1) / Q35_KV_PAGE)
+                pg[tid] = pt[b0 / Q35_KV_PAGE + tid];
+        }
+        __syncthreads(); // and sq is in
         for (int i0 = warp; i0 < nt; i0 += 4 * Q35_ATTN_B) {
-            float kr[Q35_ATTN_B][Q35_ATTN_ND];
-#pragma unroll
-            for (int u = 0; u < Q35_ATTN_B; u++) {
-                int i = i0 + 4 * u;
-                const float *kp = i < nt ? at(i, 0) : nullptr;
-#pragma unroll
-                for (int k = 0; k < Q35_ATTN_ND; k++) {
-                    int d = lane + 32 * k;
-                    kr[u][k] = kp && d < hd ? kp[d] : 0.0f;
-                }
-                // this position's V on its way to L2: a 128-byte line a
-                // lane
-                if (kp && lane * 32 < hd)
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(
-                        at(i, 1) + lane * 32));
-            }
+            // the first batch's unsafe rest, or a whole later batch
+            if (b0 == p0 && i0 == warp)
+                kload(b0, nt, i0, safe, INT_MAX);
+            else
+                kload(b0, nt, i0, INT_MIN, INT_MAX);
 #pragma unroll
             for (int u = 0; u < Q35_ATTN_B; u++) {
                 float d = 0.0f;
@@ -255,8 +288,8 @@ extern "C" __global__ void __launch_bounds__(128)
     }
 }
 
-#define Q35_AC_K 32 // keys per tile
-#define Q35_AC_C 2  // float4 chunks of a row per lane: head_dim up to 256
+#define Q35_AC_K  32 // keys per tile
+#define Q35_AC_C  2  // float4 chunks of a row per lane: head_dim up to 256
 #define Q35_AC_NL (Q35_AC_K * 64 / 128) // a thread's float4s of a K tile
 
 // Attention over one prompt chunk (rows whose K/V attn_prep has written),
@@ -271,9 +304,8 @@ extern "C" __global__ void __launch_bounds__(128)
 // head_dim a multiple of 4.
 extern "C" __global__ void __launch_bounds__(128)
     q35_attn_chunk(const float *qg, int ldq, float *o,
-                   const q35_gpu_stream *streams,
-                   const q35_gpu_row *rows, int si, int slot, int nh, int nkv,
-                   int hd)
+                   const q35_gpu_stream *streams, const q35_gpu_row *rows,
+                   int si, int slot, int nh, int nkv, int hd)
 {
     Q35_PDL_ENTER();
     extern __shared__ float4 smem4[];
@@ -453,11 +485,10 @@ __device__ __forceinline__ void q35_mma_tf32(float *d, const uint32_t *a,
                                              const uint32_t *b)
 {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
-                   "r"(b[1]));
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // Products of split operands (3xTF32): a b = ah bh + (al bh + ah bl), with
@@ -465,10 +496,9 @@ __device__ __forceinline__ void q35_mma_tf32(float *d, const uint32_t *a,
 // The kernels issue N independent products back to back, each pass over
 // all N before the next, so that no product waits on the one before it.
 template <int N>
-__device__ __forceinline__ void q35_mma3(float (*d)[4], float (*dc)[4],
-                                         const uint32_t *ah, const uint32_t *al,
-                                         const uint32_t (*bh)[2],
-                                         const uint32_t (*bl)[2])
+__device__ __forceinline__ void
+q35_mma3(float (*d)[4], float (*dc)[4], const uint32_t *ah, const uint32_t *al,
+         const uint32_t (*bh)[2], const uint32_t (*bl)[2])
 {
 #pragma unroll
     for (int j = 0; j < N; j++)
@@ -481,14 +511,12 @@ __device__ __forceinline__ void q35_mma3(float (*d)[4], float (*dc)[4],
         q35_mma_tf32(dc[j], ah, bl[j]);
 }
 
-__device__ __forceinline__ void q35_cp16(float *dst, const float *src,
-                                         bool ok)
+__device__ __forceinline__ void q35_cp16(float *dst, const float *src, bool ok)
 {
-    asm volatile(
-        "cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
-            q35_smem_addr(dst)),
-        "l"(src), "r"(ok ? 16 : 0)
-        : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+                     q35_smem_addr(dst)),
+                 "l"(src), "r"(ok ? 16 : 0)
+                 : "memory");
 }
 __device__ __forceinline__ void q35_cp_commit()
 {
@@ -498,7 +526,6 @@ template <int N> __device__ __forceinline__ void q35_cp_wait()
 {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
-
 
 // q35_attn_chunk on tensor cores for head_dim 8 ND: block (tile of
 // Q35_AM_Q query rows, query head), Q35_AM_W warps of 16 rows. Q, a K tile
@@ -704,9 +731,10 @@ q35_attn_mma_body(const float *qg, int ldq, float *o,
 }
 
 #define Q35_ATTN_MMA(hd)                                                       \
-    extern "C" __global__ void __launch_bounds__(32 * Q35_AM_W) q35_attn_mma##hd(        \
-        const float *qg, int ldq, float *o, const q35_gpu_stream *streams,     \
-        const q35_gpu_row *rows, int si, int slot, int nh, int nkv)            \
+    extern "C" __global__ void __launch_bounds__(32 * Q35_AM_W)                \
+        q35_attn_mma##hd(                                                      \
+            const float *qg, int ldq, float *o, const q35_gpu_stream *streams, \
+            const q35_gpu_row *rows, int si, int slot, int nh, int nkv)        \
     {                                                                          \
         Q35_PDL_ENTER();                                                       \
         Q35_AM_SM80(q35_attn_mma_body<hd / 8>(qg, ldq, o, streams, rows, si,   \

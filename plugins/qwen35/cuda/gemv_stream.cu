@@ -194,6 +194,20 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
                                                mode);
         }
     }
+    // CONV: this block's share of the layer's state on its way to L2
+    if (CONV && threadIdx.x == 0 && cv.state_bytes % 16 == 0) {
+        int64_t n16 = cv.state_bytes / 16;
+        int64_t a = n16 * blockIdx.x / gridDim.x;
+        int64_t b = n16 * (blockIdx.x + 1) / gridDim.x;
+        const char *base = reinterpret_cast<const char *>(cst.state) +
+                           (int64_t)cv.slot * cv.state_bytes;
+        if (b > a)
+            asm volatile(
+                "cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base +
+                                                                   a * 16),
+                "r"((uint32_t)((b - a) * 16))
+                : "memory");
+    }
 }
 
 // Bulk copies and transaction barriers are sm_90's; the host launches these
