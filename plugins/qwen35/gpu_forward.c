@@ -195,13 +195,12 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
             if (nb > rows)
                 nb = rows;
             unsigned smem = (unsigned)(ns * Q35_GEMVS_STAGE + cols * 4);
-            q35_conv_epi cv;
+            q35_conv_epi cv = {0};
             const q35_conv_epi *ce = R->g->conv_epi;
             void *args[] = {&wp,   &w2p,  &x,  &ldx, &y,  &ldy, &rows,
                             &cols, &mode, &nw, &eps, &ns, &cv};
             loom_cu_function f = R->g->fn.gemvs[dt][glu][k];
-            /* the conv in the epilogue: a block's rows fit its registers'
-             * one row ahead (Q35_CONV_EPI_ROWS) */
+            /* the conv in the epilogue (Q35_CONV_EPI_ROWS) */
             if (ce && !glu && mode == 0 && R->g->gemvs_conv &&
                 (rows + nb - 1) / nb <= Q35_CONV_EPI_ROWS) {
                 cv = *ce;
@@ -401,6 +400,7 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
      * its own buffer */
     loom_cu_ptr qkv = s->big0, zp = s->z, bp = s->b, ap = s->a;
     int ld_in = cd, ldz = vd, ldab = Hv;
+    g->conv_done = 0;
     if (L->in.p) {
         ld_in = ldz = ldab = L->in.rows;
         qkv = s->big1;
@@ -421,14 +421,12 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
                            log_conv,
                            (int64_t)Hv * dk * dv * 4};
         g->conv_epi = T == 1 && g->n_pc == 0 ? &cv : NULL;
-        g->conv_done = 0;
         loom_status st = q35_lin(R, &L->in, NULL, s->h, H, qkv, ld_in, T, 0, 0,
                                  0, L->in_norm);
         g->conv_epi = NULL;
         if (st != LOOM_OK)
             return st;
     } else {
-        g->conv_done = 0;
         loom_cu_ptr none = 0;
         loom_status st = q35_gpu_norm(R, s->h, none, s->xn, L->in_norm, T);
         if (st != LOOM_OK)

@@ -299,8 +299,8 @@ typedef struct q35_gpu_stream {
 
 /* The GDN conv run in the epilogue of a one-row step's merged input
  * product (q35_gemvs*_conv): rows [0, cd) are the conv's channels, and
- * what q35_conv reads comes with it. A block's rows are at most
- * Q35_CONV_EPI_ROWS. */
+ * what q35_conv reads comes with it. It is taken for blocks of at most
+ * Q35_CONV_EPI_ROWS rows, the shapes it was measured on (9B: 47). */
 #define Q35_CONV_EPI_ROWS 64
 typedef struct q35_conv_epi {
     uint64_t w;       /* float [cd][K] */

@@ -38,4 +38,48 @@ __device__ __forceinline__ float q35_conv_step(const float *wc, float *t,
     return q35_silu(s);
 }
 
+// A slot's tail in a conv buffer (float [n_lin][(K-1) * cd], oldest first).
+__device__ __forceinline__ float *q35_conv_tail(uint64_t buf, int slot, int kt,
+                                                int cd)
+{
+    return reinterpret_cast<float *>(buf) + (int64_t)slot * kt * cd;
+}
+
+// Channel c of a tail into registers t (zeros past kt), and back.
+__device__ __forceinline__ void q35_tail_get(float *t, const float *tail,
+                                             int kt, int cd, int64_t c)
+{
+#pragma unroll
+    for (int j = 0; j < Q35_MAX_TAIL; j++)
+        t[j] = j < kt ? tail[(int64_t)j * cd + c] : 0.0f;
+}
+__device__ __forceinline__ void q35_tail_put(const float *t, float *tail,
+                                             int kt, int cd, int64_t c)
+{
+#pragma unroll
+    for (int j = 0; j < Q35_MAX_TAIL; j++)
+        if (j < kt)
+            tail[(int64_t)j * cd + c] = t[j];
+}
+
+// Row k of stream st (round row `row`), channel c, as every conv of decode
+// rows takes it: the tail t into the stream's snapshot first when k is its
+// snapshot row, the input xv into the log when the row logs, then the step.
+__device__ __forceinline__ float
+q35_conv_row(const float *wc, float *t, int kt, float xv,
+             const q35_gpu_stream &st, const q35_gpu_row *rows, int row, int k,
+             int slot, int cd, int64_t c, int n_lin, int log_size,
+             int log_conv)
+{
+    if (k == st.snap_row)
+        q35_tail_put(t, q35_conv_tail(st.snap_conv, slot, kt, cd), kt, cd, c);
+    int li = rows[row].log;
+    if (li >= 0) {
+        float *log = reinterpret_cast<float *>(st.log) +
+                     ((int64_t)li * n_lin + slot) * log_size;
+        log[log_conv + c] = xv;
+    }
+    return q35_conv_step(wc, t, kt, xv);
+}
+
 #endif

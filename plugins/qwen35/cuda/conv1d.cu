@@ -20,36 +20,18 @@ extern "C" __global__ void q35_conv(const float *x, float *y, const float *w,
     if (st.chunk & 1)
         return; // q35_conv_chunk's
     int kt = K - 1;
-    int64_t tail_n = (int64_t)kt * cd;
-    float *tail = reinterpret_cast<float *>(st.conv) + slot * tail_n;
+    float *tail = q35_conv_tail(st.conv, slot, kt, cd);
     const float *wc = w + (int64_t)c * K;
     float t[Q35_MAX_TAIL];
-#pragma unroll
-    for (int j = 0; j < Q35_MAX_TAIL; j++)
-        t[j] = j < kt ? tail[(int64_t)j * cd + c] : 0.0f;
+    q35_tail_get(t, tail, kt, cd, c);
     for (int k = 0; k < st.count; k++) {
         int row = st.first + k;
-        if (k == st.snap_row) {
-            float *snap =
-                reinterpret_cast<float *>(st.snap_conv) + slot * tail_n;
-#pragma unroll
-            for (int j = 0; j < Q35_MAX_TAIL; j++)
-                if (j < kt)
-                    snap[(int64_t)j * cd + c] = t[j];
-        }
         float xv = x[(int64_t)row * ldx + c];
-        int li = rows[row].log;
-        if (li >= 0) {
-            float *log = reinterpret_cast<float *>(st.log) +
-                         ((int64_t)li * n_lin + slot) * log_size;
-            log[log_conv + c] = xv;
-        }
-        y[(int64_t)row * cd + c] = q35_conv_step(wc, t, kt, xv);
+        y[(int64_t)row * cd + c] =
+            q35_conv_row(wc, t, kt, xv, st, rows, row, k, slot, cd, c, n_lin,
+                         log_size, log_conv);
     }
-#pragma unroll
-    for (int j = 0; j < Q35_MAX_TAIL; j++)
-        if (j < kt)
-            tail[(int64_t)j * cd + c] = t[j];
+    q35_tail_put(t, tail, kt, cd, c);
 }
 
 // commit(kept) on one cache: every GDN layer's tail becomes the last K-1 of
@@ -83,7 +65,7 @@ q35_conv_chunk_body(const float *x, float *y, const float *w,
                     int seg, int c)
 {
     int kt = K - 1;
-    float *tail = reinterpret_cast<float *>(st.conv) + slot * (int64_t)kt * cd;
+    float *tail = q35_conv_tail(st.conv, slot, kt, cd);
     const float *wc = w + (int64_t)c * K;
     int r0 = blockIdx.y * seg, r1 = min(st.count, r0 + seg);
     float t[Q35_MAX_TAIL];

@@ -102,9 +102,7 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
     auto conv_load = [&](int64_t r) {
         if (r >= cend)
             return;
-#pragma unroll
-        for (int j = 0; j < Q35_MAX_TAIL; j++)
-            ct[j] = j < kt ? tail[(int64_t)j * cv.cd + r] : 0.0f;
+        q35_tail_get(ct, tail, kt, cv.cd, r);
 #pragma unroll
         for (int j = 0; j <= Q35_MAX_TAIL; j++)
             cw[j] = j <= kt ? reinterpret_cast<const float *>(cv.w)[r * cv.K + j]
@@ -112,8 +110,7 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
     };
     if (CONV && threadIdx.x < RPW) {
         cst = reinterpret_cast<const q35_gpu_stream *>(cv.streams)[0];
-        tail = reinterpret_cast<float *>(cst.conv) +
-               (int64_t)cv.slot * kt * cv.cd;
+        tail = q35_conv_tail(cst.conv, cv.slot, kt, cv.cd);
         conv_load(ra + threadIdx.x);
     }
     q35_stage_row(x + (int64_t)t * ldx, xs, cols, nw, eps, bred, q35_flat());
@@ -162,27 +159,12 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
                 if (r >= cend)
                     return;
                 int row = cst.first;
-                if (cst.snap_row == 0) {
-                    float *snap = reinterpret_cast<float *>(cst.snap_conv) +
-                                  (int64_t)cv.slot * kt * cv.cd;
-#pragma unroll
-                    for (int q = 0; q < Q35_MAX_TAIL; q++)
-                        if (q < kt)
-                            snap[(int64_t)q * cv.cd + r] = ct[q];
-                }
-                int li = reinterpret_cast<const q35_gpu_row *>(cv.rows)[row].log;
-                if (li >= 0) {
-                    float *log = reinterpret_cast<float *>(cst.log) +
-                                 ((int64_t)li * cv.n_lin + cv.slot) *
-                                     cv.log_size;
-                    log[cv.log_conv + r] = xv;
-                }
                 reinterpret_cast<float *>(cv.out)[(int64_t)row * cv.cd + r] =
-                    q35_conv_step(cw, ct, kt, xv);
-#pragma unroll
-                for (int q = 0; q < Q35_MAX_TAIL; q++)
-                    if (q < kt)
-                        tail[(int64_t)q * cv.cd + r] = ct[q];
+                    q35_conv_row(cw, ct, kt, xv, cst,
+                                 reinterpret_cast<const q35_gpu_row *>(cv.rows),
+                                 row, 0, cv.slot, cv.cd, r, cv.n_lin,
+                                 cv.log_size, cv.log_conv);
+                q35_tail_put(ct, tail, kt, cv.cd, r);
                 conv_load(r + RPW);
             };
             q35_ring_rows<M, G, WPR, RPW, GLU>(acc, red[g & 1], row0, part,
