@@ -59,10 +59,11 @@ static const void *mmar_fn[2] = {(const void *)q35_mma1r,
                                  (const void *)q35_mma1r_glu};
 static const void *mma_fn[2][Q35_MMA_TILES] = {
     {(const void *)q35_mma4, (const void *)q35_mma8, (const void *)q35_mma16,
-     (const void *)q35_mma32, (const void *)q35_mma32w},
+     (const void *)q35_mma32, (const void *)q35_mma32w,
+     (const void *)q35_mma16w},
     {(const void *)q35_mma4_glu, (const void *)q35_mma8_glu,
      (const void *)q35_mma16_glu, (const void *)q35_mma32_glu,
-     (const void *)q35_mma32w_glu}};
+     (const void *)q35_mma32w_glu, (const void *)q35_mma16w_glu}};
 
 static bool timing;
 
@@ -115,8 +116,7 @@ static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
         bench_launch((const void *)q35_split,
                dim3((cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T), dim3(256),
                0, sa, st, 0);
-    /* 32 rows of many weight rows: stages of 128 rows (kind 4) */
-    int k = T <= 4 ? 0 : T <= 8 ? 1 : T <= 16 ? 2 : r ? 4 : 3;
+    int k = q35_mma_kind(T, r);
     int tok = q35_mma_tok(k);
     long C = clusters[r][glu][k][c];
     if (C > units)

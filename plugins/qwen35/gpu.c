@@ -120,7 +120,7 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
         for (int k = 0; k < Q35_MMA_TILES; k++) {
             t[n].f = &F->mma[u][k];
             snprintf(t[n++].name, 32, "q35_mma%d%s%s", q35_mma_tok(k),
-                     k == 4 ? "w" : "", u ? "_glu" : "");
+                     k >= 4 ? "w" : "", u ? "_glu" : "");
         }
     for (int u = 0; u < 2; u++) {
         t[n].f = &F->mmar[u];

@@ -98,8 +98,7 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
     }
     Q35_LAUNCH(split, (cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T, 256, 0,
                &x, &ldx, &xs, &cols, &T, &nw, &eps);
-    /* 32 rows of many weight rows: stages of 128 rows (kind 4) */
-    int k = T <= 4 ? 0 : T <= 8 ? 1 : T <= 16 ? 2 : r ? 4 : 3;
+    int k = q35_mma_kind(T, r);
     int tok = q35_mma_tok(k);
     int64_t C = g->mma_clusters[r][glu][k][c];
     if (C > units)

@@ -14,6 +14,9 @@
 // fixed by dk alone.
 #define Q35_GDN_PART 32
 
+// Rows of a stream whose outputs q35_gdn_rec4 normalises together.
+#define Q35_GDN_SEG 16
+
 struct q35_gdn_shape {
     int P, vw, p, j, i0;
     bool on;
@@ -288,9 +291,12 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
     cg::cluster_group cl = cg::this_cluster();
     q35_pdl_allow();
     __shared__ float sqk[2][256], part[8 * 32], db[2];
-    // a row's group sum of squares, by row parity (the next row's is
-    // written while another block may still read this one's)
-    __shared__ float gss[2];
+    // a segment's rows held for their gated RMSNorm, which needs the whole
+    // head: warp 0's o and z, and the group sums of squares by segment
+    // parity (the next segment's are written while another block may still
+    // read this one's)
+    __shared__ float so[Q35_GDN_SEG][32], sz[Q35_GDN_SEG][32];
+    __shared__ float gss[2][Q35_GDN_SEG];
     int c = (int)cl.block_rank();
     q35_gdn_shape sh;
     sh.P = (dk + Q35_GDN_PART - 1) / Q35_GDN_PART;
@@ -369,23 +375,37 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
         float oj = q35_gdn_dot(s, sqk[0], dk, lsh, part);
         // warp 0 holds the group's 32 columns (part 0)
         float ws = q35_warp_sum(out ? __fmul_rn(oj, oj) : 0.0f);
+        int e = k % Q35_GDN_SEG, par = k / Q35_GDN_SEG & 1;
         if (threadIdx.x == 0)
-            gss[k & 1] = ws;
-        cl.sync();
-        float g4 = lane < Q35_GDN_CTAS ? *cl.map_shared_rank(&gss[k & 1], lane)
-                                       : 0.0f;
-        float ss = q35_warp_sum(g4);
-        float r = 1.0f / sqrtf(ss / (float)dv + eps);
-        if (out) {
-            int64_t at = (int64_t)row * vd + h * dv + j;
-            o[at] = __fmul_rn(__fmul_rn(gv, __fmul_rn(oj, r)), q35_silu(zv));
+            gss[par][e] = ws;
+        if (threadIdx.x < 32)
+            so[e][lane] = oj, sz[e][lane] = zv;
+        // the norms of a segment's rows after one cluster barrier, not one
+        // a row: a barrier's release waits for the stores before it
+        if (e == Q35_GDN_SEG - 1 || k + 1 == st.count) {
+            cl.sync();
+            int r0 = k - e;
+            for (int q = 0; q <= e; q++) {
+                float g4 = lane < Q35_GDN_CTAS
+                               ? *cl.map_shared_rank(&gss[par][q], lane)
+                               : 0.0f;
+                float ss = q35_warp_sum(g4);
+                float r = 1.0f / sqrtf(ss / (float)dv + eps);
+                if (out) {
+                    int64_t at = (int64_t)(st.first + r0 + q) * vd + h * dv + j;
+                    o[at] = __fmul_rn(__fmul_rn(gv, __fmul_rn(so[q][lane], r)),
+                                      q35_silu(sz[q][lane]));
+                }
+            }
         }
         if (AHEAD)
             cur = nxt;
     }
     q35_gdn_store(s, S, dk, dv, sh);
-    // no block leaves while another may read its gss
-    cl.sync();
+    // no block leaves while another may read its gss; relaxed: the state's
+    // stores need no ordering here, and a release would wait for them
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n"
+                 "barrier.cluster.wait.aligned;" ::: "memory");
 #endif
 }
 
