@@ -2,6 +2,7 @@
 // recurrence with each row's preparation (l2-normalised q and k, beta, the
 // decay) and the gated RMSNorm of its output, and the replay of logged rows
 // that commit uses. The state is float32 throughout.
+#include "bulk.cuh"
 #include "common.cuh"
 
 #include <cooperative_groups.h>
@@ -98,18 +99,17 @@ __device__ __forceinline__ void q35_gdn_store(const float *s, float *S, int dk,
 // (sqk[1]) of key head kh l2-normalised (q35_qk_norm), db[0] = decay =
 // exp(-exp(A_log) * softplus(a + dt_bias)), db[1] = beta = sigmoid(b).
 __device__ __forceinline__ void
-q35_gdn_prep_row(const float *yr, int kd, int kh, int dk,
-                 const float *a, const float *b, int ldab, int row, int h,
-                 const float *neg_a, const float *dt_bias, float (*sqk)[256],
-                 float *db)
+q35_gdn_prep_row(const float *yr, int kd, int kh, int dk, const float *a,
+                 const float *b, int ldab, int row, int h, float na, float dtb,
+                 float (*sqk)[256], float *db)
 {
     int warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     for (int u = warp; u < 2; u += nw)
         q35_qk_norm(yr + (int64_t)u * kd + (int64_t)kh * dk, dk, u == 0,
                     sqk[u]);
     if (threadIdx.x == 0) {
-        float av = __fadd_rn(a[(int64_t)row * ldab + h], dt_bias[h]);
-        db[0] = expf(__fmul_rn(neg_a[h], q35_softplus(av)));
+        float av = __fadd_rn(a[(int64_t)row * ldab + h], dtb);
+        db[0] = expf(__fmul_rn(na, q35_softplus(av)));
         db[1] = q35_sigmoid(b[(int64_t)row * ldab + h]);
     }
 }
@@ -149,8 +149,8 @@ extern "C" __global__ void __launch_bounds__(512)
                           dk, dv, sh);
         const float *yr = y + (int64_t)row * cd;
         __syncthreads();
-        q35_gdn_prep_row(yr, kd, kh, dk, a, b, ldab, row, h, neg_a,
-                         dt_bias, sqk, db);
+        q35_gdn_prep_row(yr, kd, kh, dk, a, b, ldab, row, h, neg_a[h],
+                         dt_bias[h], sqk, db);
         __syncthreads();
         float v = sh.on ? yr[2 * kd + h * dv + j] : 0.0f;
         int li = rows[row].log;
@@ -226,8 +226,8 @@ q35_gdn_fetch(q35_gdn_in &in, const float *y, int cd, const float *z,
 // q35_gdn_prep_row from a row's fetched inputs, the same operations in
 // the same order (q35_qk_norm's per lane, then the butterfly).
 __device__ __forceinline__ void
-q35_gdn_prep_in(const q35_gdn_in &in, int dk, int h, const float *neg_a,
-                const float *dt_bias, float (*sqk)[256], float *db)
+q35_gdn_prep_in(const q35_gdn_in &in, int dk, float na, float dtb,
+                float (*sqk)[256], float *db)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int nw = (blockDim.x + 31) >> 5;
@@ -254,8 +254,8 @@ q35_gdn_prep_in(const q35_gdn_in &in, int dk, int h, const float *neg_a,
         }
     }
     if (threadIdx.x == 0) {
-        float av = __fadd_rn(in.a, dt_bias[h]);
-        db[0] = expf(__fmul_rn(neg_a[h], q35_softplus(av)));
+        float av = __fadd_rn(in.a, dtb);
+        db[0] = expf(__fmul_rn(na, q35_softplus(av)));
         db[1] = q35_sigmoid(in.b);
     }
 }
@@ -277,6 +277,23 @@ q35_gdn_prep_in(const q35_gdn_in &in, int dk, int h, const float *neg_a,
 #else
 #define Q35_GDN_CLUSTER __cluster_dims__(Q35_GDN_CTAS, 1, 1)
 #endif
+// v into block rank's copy of *p (shared memory), counted on its *bar.
+__device__ __forceinline__ void q35_gdn_send(float *p, uint64_t *bar,
+                                             unsigned rank, float v)
+{
+    uint32_t a = q35_smem_addr(p), b = q35_smem_addr(bar), ra, rb;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(ra)
+                 : "r"(a), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(rb)
+                 : "r"(b), "r"(rank));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 "
+                 "[%0], %1, [%2];" ::"r"(ra),
+                 "r"(__float_as_uint(v)), "r"(rb)
+                 : "memory");
+}
+
 template <bool AHEAD>
 __device__ __forceinline__ void
 q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
@@ -292,11 +309,13 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
     q35_pdl_allow();
     __shared__ float sqk[2][256], part[8 * 32], db[2];
     // a segment's rows held for their gated RMSNorm, which needs the whole
-    // head: warp 0's o and z, and the group sums of squares by segment
-    // parity (the next segment's are written while another block may still
-    // read this one's)
+    // head: warp 0's o and z, and every block's group sums of squares, sent
+    // by each block to all (q35_gdn_send) and counted on gbar, by segment
+    // parity (a block may send the next segment's while another still
+    // reads this one's)
     __shared__ float so[Q35_GDN_SEG][32], sz[Q35_GDN_SEG][32];
-    __shared__ float gss[2][Q35_GDN_SEG];
+    __shared__ float gss[2][Q35_GDN_SEG][Q35_GDN_CTAS];
+    __shared__ __align__(8) uint64_t gbar[2];
     int c = (int)cl.block_rank();
     q35_gdn_shape sh;
     sh.P = (dk + Q35_GDN_PART - 1) / Q35_GDN_PART;
@@ -316,6 +335,14 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
         q35_pdl_wait();
         return;
     }
+    if (threadIdx.x == 0) {
+        q35_bar_init(&gbar[0], 1);
+        q35_bar_init(&gbar[1], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    // peers send only once every block's barriers exist (the wait is
+    // after q35_pdl_wait)
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     int kh = h / (Hv / Hk);
     int kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd;
     int64_t hoff = ((int64_t)slot * Hv + h) * dk * dv;
@@ -327,7 +354,11 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
     q35_gdn_load(s, S, dk, dv, sh);
     bool out = sh.on && sh.p == 0;
     float gv = out ? gnorm[j] : 0.0f;
+    // the head's parameters (thread 0 prepares each row's decay)
+    float na = threadIdx.x == 0 ? neg_a[h] : 0.0f;
+    float dtb = threadIdx.x == 0 ? dt_bias[h] : 0.0f;
     q35_pdl_wait();
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
     // AHEAD: each row's inputs are loaded while the row before is computed
     q35_gdn_in cur, nxt;
     if (AHEAD && st.count > 0)
@@ -353,10 +384,10 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
                           dk, dv, sh);
         __syncthreads();
         if (AHEAD)
-            q35_gdn_prep_in(cur, dk, h, neg_a, dt_bias, sqk, db);
+            q35_gdn_prep_in(cur, dk, na, dtb, sqk, db);
         else
-            q35_gdn_prep_row(yr, kd, kh, dk, a, b, ldab, row, h, neg_a,
-                             dt_bias, sqk, db);
+            q35_gdn_prep_row(yr, kd, kh, dk, a, b, ldab, row, h, na, dtb, sqk,
+                             db);
         __syncthreads();
         if (li >= 0) {
             float *log = reinterpret_cast<float *>(st.log) +
@@ -372,27 +403,41 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
                     log[lay.k + kh * dk + i] = sqk[1][i];
         }
         q35_gdn_step(s, sqk[1], v, db[0], db[1], dk, lsh, part);
+        // the last row's state is stored at once: its stores drain while
+        // the output and the norm are computed
+        if (k + 1 == st.count) {
+            // addresses made here, not kept from the loads in registers
+            float *Sd = S;
+            int ldv = dv;
+            asm volatile("" : "+l"(Sd), "+r"(ldv));
+            q35_gdn_store(s, Sd, dk, ldv, sh);
+        }
         float oj = q35_gdn_dot(s, sqk[0], dk, lsh, part);
         // warp 0 holds the group's 32 columns (part 0)
         float ws = q35_warp_sum(out ? __fmul_rn(oj, oj) : 0.0f);
-        int e = k % Q35_GDN_SEG, par = k / Q35_GDN_SEG & 1;
-        if (threadIdx.x == 0)
-            gss[par][e] = ws;
+        int e = k % Q35_GDN_SEG, seg = k / Q35_GDN_SEG, par = seg & 1;
+        if (threadIdx.x == 0) {
+            if (e == 0) {
+                int n = min(Q35_GDN_SEG, st.count - k);
+                q35_bar_expect(&gbar[par], (uint32_t)(n * Q35_GDN_CTAS * 4));
+            }
+            for (int rk = 0; rk < Q35_GDN_CTAS; rk++)
+                q35_gdn_send(&gss[par][e][c], &gbar[par], (unsigned)rk, ws);
+        }
         if (threadIdx.x < 32)
             so[e][lane] = oj, sz[e][lane] = zv;
-        // the norms of a segment's rows after one cluster barrier, not one
-        // a row: a barrier's release waits for the stores before it
+        // the norms of a segment's rows once every block's sums are in: no
+        // cluster barrier, whose release would wait for the state's stores
         if (e == Q35_GDN_SEG - 1 || k + 1 == st.count) {
-            cl.sync();
+            q35_bar_wait(&gbar[par], (uint32_t)(seg >> 1) & 1u);
             int r0 = k - e;
             for (int q = 0; q <= e; q++) {
-                float g4 = lane < Q35_GDN_CTAS
-                               ? *cl.map_shared_rank(&gss[par][q], lane)
-                               : 0.0f;
+                float g4 = lane < Q35_GDN_CTAS ? gss[par][q][lane] : 0.0f;
                 float ss = q35_warp_sum(g4);
                 float r = 1.0f / sqrtf(ss / (float)dv + eps);
                 if (out) {
-                    int64_t at = (int64_t)(st.first + r0 + q) * vd + h * dv + j;
+                    int64_t at =
+                        (int64_t)(st.first + r0 + q) * vd + h * dv + j;
                     o[at] = __fmul_rn(__fmul_rn(gv, __fmul_rn(so[q][lane], r)),
                                       q35_silu(sz[q][lane]));
                 }
@@ -401,9 +446,8 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
         if (AHEAD)
             cur = nxt;
     }
-    q35_gdn_store(s, S, dk, dv, sh);
-    // no block leaves while another may read its gss; relaxed: the state's
-    // stores need no ordering here, and a release would wait for them
+    // no block leaves while a peer's sends to it may be in flight; relaxed:
+    // the state's stores need no ordering here
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n"
                  "barrier.cluster.wait.aligned;" ::: "memory");
 #endif
