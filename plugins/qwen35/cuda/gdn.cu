@@ -23,6 +23,13 @@ struct q35_gdn_shape {
     bool on;
 };
 
+// Whether this thread's part holds Q35_GDN_PART rows, none past dk: the
+// per-row loops then run without a bounds test each (the same operations).
+__device__ __forceinline__ bool q35_gdn_full(int dk, const q35_gdn_shape &sh)
+{
+    return sh.i0 + Q35_GDN_PART <= dk;
+}
+
 __device__ __forceinline__ q35_gdn_shape q35_gdn_shape_of(int dk, int dv)
 {
     q35_gdn_shape sh;
@@ -42,10 +49,16 @@ __device__ __forceinline__ float q35_gdn_dot(const float *s, const float *x,
                                              float *part)
 {
     float acc = 0.0f;
+    if (q35_gdn_full(dk, sh)) {
 #pragma unroll
-    for (int ii = 0; ii < Q35_GDN_PART; ii++)
-        if (sh.i0 + ii < dk)
+        for (int ii = 0; ii < Q35_GDN_PART; ii++)
             acc = __fmaf_rn(x[sh.i0 + ii], s[ii], acc);
+    } else {
+#pragma unroll
+        for (int ii = 0; ii < Q35_GDN_PART; ii++)
+            if (sh.i0 + ii < dk)
+                acc = __fmaf_rn(x[sh.i0 + ii], s[ii], acc);
+    }
     part[sh.p * sh.vw + sh.j] = acc;
     __syncthreads();
     float tot = 0.0f;
@@ -69,19 +82,31 @@ __device__ __forceinline__ void q35_gdn_step(float *s, const float *k, float v,
         s[ii] = __fmul_rn(s[ii], dec);
     float kv = q35_gdn_dot(s, k, dk, sh, part);
     float d = __fmul_rn(__fsub_rn(v, kv), bet);
+    if (q35_gdn_full(dk, sh)) {
 #pragma unroll
-    for (int ii = 0; ii < Q35_GDN_PART; ii++)
-        if (sh.i0 + ii < dk)
+        for (int ii = 0; ii < Q35_GDN_PART; ii++)
             s[ii] = __fmaf_rn(k[sh.i0 + ii], d, s[ii]);
+    } else {
+#pragma unroll
+        for (int ii = 0; ii < Q35_GDN_PART; ii++)
+            if (sh.i0 + ii < dk)
+                s[ii] = __fmaf_rn(k[sh.i0 + ii], d, s[ii]);
+    }
 }
 
 __device__ __forceinline__ void q35_gdn_load(float *s, const float *S, int dk,
                                              int dv, const q35_gdn_shape &sh)
 {
+    const float *p = S + (int64_t)sh.i0 * dv + sh.j;
+    if (sh.on && q35_gdn_full(dk, sh)) {
+#pragma unroll
+        for (int ii = 0; ii < Q35_GDN_PART; ii++)
+            s[ii] = p[(int64_t)ii * dv];
+        return;
+    }
 #pragma unroll
     for (int ii = 0; ii < Q35_GDN_PART; ii++)
-        s[ii] = sh.on && sh.i0 + ii < dk ? S[(int64_t)(sh.i0 + ii) * dv + sh.j]
-                                         : 0.0f;
+        s[ii] = sh.on && sh.i0 + ii < dk ? p[(int64_t)ii * dv] : 0.0f;
 }
 
 __device__ __forceinline__ void q35_gdn_store(const float *s, float *S, int dk,
@@ -89,10 +114,17 @@ __device__ __forceinline__ void q35_gdn_store(const float *s, float *S, int dk,
 {
     if (!sh.on)
         return;
+    float *p = S + (int64_t)sh.i0 * dv + sh.j;
+    if (q35_gdn_full(dk, sh)) {
+#pragma unroll
+        for (int ii = 0; ii < Q35_GDN_PART; ii++)
+            p[(int64_t)ii * dv] = s[ii];
+        return;
+    }
 #pragma unroll
     for (int ii = 0; ii < Q35_GDN_PART; ii++)
         if (sh.i0 + ii < dk)
-            S[(int64_t)(sh.i0 + ii) * dv + sh.j] = s[ii];
+            p[(int64_t)ii * dv] = s[ii];
 }
 
 // A row's preparation (spec 2.5), by the whole block: q (sqk[0]) and k
