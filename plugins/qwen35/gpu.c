@@ -147,7 +147,7 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     Q35_FN(conv_restore, "q35_conv_restore");
     Q35_FN(gdn_rec, "q35_gdn_rec");
     Q35_FN(gdn_rec4, "q35_gdn_rec4");
-    Q35_FN(gdn_rec4m, "q35_gdn_rec4m");
+    Q35_FN(gdn_rec4s, "q35_gdn_rec4s");
     Q35_FN(gdn_replay, "q35_gdn_replay");
     Q35_FN(attn_prep, "q35_attn_prep");
     Q35_FN(attention, "q35_attention");

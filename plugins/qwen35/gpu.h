@@ -66,7 +66,7 @@ typedef struct q35_gpu_fns {
      * 1, 2, 4, 8] */
     loom_cu_function q4s[2][4];
     loom_cu_function rmsnorm, conv, conv_restore;
-    loom_cu_function gdn_rec, gdn_rec4, gdn_rec4m, gdn_replay;
+    loom_cu_function gdn_rec, gdn_rec4, gdn_rec4s, gdn_replay;
     loom_cu_function attn_prep, attention;
     loom_cu_function gather, add, next_split, moe_route, moe_axpy;
     loom_cu_function to_bf16, swiglu; /* prompt chunks (prompt.cu) */

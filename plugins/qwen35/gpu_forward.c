@@ -462,18 +462,22 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
                      &L->gnorm,    &s->streams, &s->rows,  &slot,
                      &Hk,          &Hv,         &dk,       &dv,
                      &eps,         &ldz,        &n_lin,    &lay};
-        unsigned gx = (unsigned)Hv, bx = g->gdn_threads;
+        unsigned gx = (unsigned)Hv, bx = g->gdn_threads, sm = 0;
         loom_cu_function f = g->fn.gdn_rec;
         if (g->gdn_rec4) {
             gx = (unsigned)(Hv * Q35_GDN_CTAS);
             bx = (unsigned)((dk + 31) / 32 * 32);
             /* loads a row ahead for windows and for rounds whose blocks
-             * fit in one wave at 2 an SM; else the form that fits 4 an SM
-             * (the same bits either way) */
+             * fit in one wave at 2 an SM; else the form with its state in
+             * shared memory, 8 blocks an SM (the same bits either way) */
             int wave = (int64_t)gx * R->ns <= 2 * (int64_t)g->cu->sm_count;
-            f = R->T > R->ns || wave ? g->fn.gdn_rec4 : g->fn.gdn_rec4m;
+            f = g->fn.gdn_rec4;
+            if (R->T <= R->ns && !wave) {
+                f = g->fn.gdn_rec4s;
+                sm = (unsigned)(32 * (bx + 1) * sizeof(float));
+            }
         }
-        loom_status st = q35_gpu_launch(g, f, gx, (unsigned)R->ns, bx, 0, a,
+        loom_status st = q35_gpu_launch(g, f, gx, (unsigned)R->ns, bx, sm, a,
                                         "q35_gdn_rec", R->err);
         if (st != LOOM_OK)
             return st;
