@@ -474,7 +474,7 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
             f = g->fn.gdn_rec4;
             if (R->T <= R->ns && !wave) {
                 f = g->fn.gdn_rec4s;
-                sm = (unsigned)(32 * (bx + 1) * sizeof(float));
+                sm = (unsigned)(32 * q35_gdn_sst_ld(dk) * sizeof(float));
             }
         }
         loom_status st = q35_gpu_launch(g, f, gx, (unsigned)R->ns, bx, sm, a,

@@ -310,6 +310,14 @@ typedef struct q35_gpu_stream {
     int32_t pad;
 } q35_gpu_stream;
 
+/* q35_gdn_rec4s's state in shared memory: a block's 32 value columns, each
+ * its dk rows (in parts of 32) and one float more, so that a warp's 32
+ * columns fall in 32 banks; floats from one column to the next. */
+static inline Q35_HD int q35_gdn_sst_ld(int dk)
+{
+    return (dk + 31) / 32 * 32 + 1;
+}
+
 /* The GDN conv run in the epilogue of a one-row step's merged input
  * product (q35_gemvs*_conv): rows [0, cd) are the conv's channels, and
  * what q35_conv reads comes with it. It is taken for blocks of at most

@@ -15,6 +15,17 @@ __device__ __forceinline__ uint32_t q35_smem_addr(const void *p)
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
+// The shared::cluster address of *p in the block of cluster rank `rank`.
+__device__ __forceinline__ uint32_t q35_cluster_addr(const void *p,
+                                                     unsigned rank)
+{
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(r)
+                 : "r"(q35_smem_addr(p)), "r"(rank));
+    return r;
+}
+
 __device__ __forceinline__ void q35_bar_init(uint64_t *bar, int count)
 {
     asm volatile(

@@ -333,13 +333,7 @@ q35_gdn_prep_in(const q35_gdn_in &in, int dk, float na, float dtb,
 __device__ __forceinline__ void q35_gdn_send(float *p, uint64_t *bar,
                                              unsigned rank, float v)
 {
-    uint32_t a = q35_smem_addr(p), b = q35_smem_addr(bar), ra, rb;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                 : "=r"(ra)
-                 : "r"(a), "r"(rank));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                 : "=r"(rb)
-                 : "r"(b), "r"(rank));
+    uint32_t ra = q35_cluster_addr(p, rank), rb = q35_cluster_addr(bar, rank);
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 "
                  "[%0], %1, [%2];" ::"r"(ra),
                  "r"(__float_as_uint(v)), "r"(rb)
@@ -402,14 +396,13 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
     // part-local shape for the dots: column index within the group
     q35_gdn_shape lsh = sh;
     lsh.j = threadIdx.x % 32;
-    // SM: the state in shared memory, column by column, each column's rows
-    // padded to an odd count so a warp's 32 columns fall in 32 banks; its
-    // loads asynchronous (no registers held while they fly)
+    // SM: the state in shared memory (q35_gdn_sst_ld), its loads
+    // asynchronous (no registers held while they fly)
     extern __shared__ float q35_gdn_sst[];
     float sreg[Q35_GDN_PART];
     float *s = sreg;
     if (SM) {
-        s = q35_gdn_sst + lane * (sh.P * Q35_GDN_PART + 1) + sh.i0;
+        s = q35_gdn_sst + lane * q35_gdn_sst_ld(dk) + sh.i0;
         q35_gdn_load_async(s, S, dk, dv, sh);
     } else {
         q35_gdn_load(s, S, dk, dv, sh);
@@ -470,13 +463,8 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
         q35_gdn_step(s, sqk[1], v, db[0], db[1], dk, lsh, part);
         // the last row's state is stored at once: its stores drain while
         // the output and the norm are computed
-        if (k + 1 == st.count) {
-            // addresses made here, not kept from the loads in registers
-            float *Sd = S;
-            int ldv = dv;
-            asm volatile("" : "+l"(Sd), "+r"(ldv));
-            q35_gdn_store(s, Sd, dk, ldv, sh);
-        }
+        if (k + 1 == st.count)
+            q35_gdn_store(s, S, dk, dv, sh);
         float oj = q35_gdn_dot(s, sqk[0], dk, lsh, part);
         // warp 0 holds the group's 32 columns (part 0)
         float ws = q35_warp_sum(out ? __fmul_rn(oj, oj) : 0.0f);

@@ -37,11 +37,8 @@ __device__ __forceinline__ unsigned q35_cluster_rank()
 }
 __device__ __forceinline__ float q35_dsmem_ld(const float *p, unsigned rank)
 {
-    uint32_t a = (uint32_t)__cvta_generic_to_shared(p), r;
+    uint32_t r = q35_cluster_addr(p, rank);
     float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                 : "=r"(r)
-                 : "r"(a), "r"(rank));
     asm volatile("ld.shared::cluster.f32 %0, [%1];"
                  : "=f"(v)
                  : "r"(r)
