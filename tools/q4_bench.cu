@@ -1,13 +1,16 @@
 // The affine-4 decode products of plugins/qwen35 on the GPU: q35_q4s (one
-// row through shared memory) and q35_q4_1 / q35_q4_8 (the register form)
-// checked against a float64 product (normed rows, SwiGLU, residual add), and
-// q35_q4s's rows bit for bit against q35_q4_8's and q35_q4_1's; then TB/s of
-// words and pairs per shape for q35_q4s and q35_q4_1 (30 launches a shape in
+// row through shared memory), q35_q4_1 / q35_q4_8 (the register form) and
+// q35_q4m (tensor cores) checked against a float64 product (normed rows,
+// SwiGLU, residual add), q35_q4s's rows bit for bit against q35_q4_8's and
+// q35_q4_1's, and q35_q4m's over 8 rows against its own one row at a time;
+// then TB/s of words and pairs per shape for q35_q4s, q35_q4_1 and q35_q4m
+// (30 launches a shape in
 // one CUDA graph with programmatic dependent launch; the input products
 // normed, as in the forward). A development tool,
 // built by hand (it links the CUDA runtime; loom does not):
 //   nvcc -O3 -std=c++17 -arch=sm_90a -Iplugins/qwen35 -Iplugins/qwen35/cuda \
 //        -o q4_bench tools/q4_bench.cu
+#include "gemv_q4_mma.cu"
 #include "gemv_q4_stream.cu"
 #include "linear.cu"
 #include "bench_cuda.cuh"
@@ -69,6 +72,32 @@ static q35_tmap map_of(const void *base, int rows, int cols, int gsz,
     return m;
 }
 
+// As gpu.c's q35_map_q4m: the words in boxes of 32 by 16 rows under the
+// 128-byte swizzle, or the pairs as 32-bit elements in boxes of a chunk's
+// pairs and 4 more.
+static q35_tmap map_q4m(const void *base, int rows, int cols, int gsz,
+                        bool is_pairs)
+{
+    q35_tmap m;
+    cuuint64_t d[2] = {(cuuint64_t)(is_pairs ? 2 * q35_q4_gp(cols, gsz)
+                                             : cols / 8),
+                       (cuuint64_t)rows};
+    cuuint64_t st[1] = {is_pairs ? d[0] * 4 : (cuuint64_t)cols / 2};
+    cuuint32_t box[2] = {is_pairs ? (cuuint32_t)(2 * 1024 / gsz + 4) : 32u,
+                         16u},
+               one[2] = {1, 1};
+    CUresult r = bench_encoder()(
+        (CUtensorMap *)&m, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, (void *)base, d,
+        st, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        is_pairs ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        printf("cuTensorMapEncodeTiled: %d\n", (int)r);
+        exit(1);
+    }
+    return m;
+}
+
 struct Shape {
     const char *name;
     int rows, cols, gsz;
@@ -83,7 +112,11 @@ static const void *q4_fn[2][2] = {
     {(const void *)q35_q4_1, (const void *)q35_q4_1_glu},
     {(const void *)q35_q4_8, (const void *)q35_q4_8_glu}};
 
-// kind 0: q35_q4s on row t; 1: q35_q4_1 on row t; 2: q35_q4_8 on rows 0..T-1
+static const void *q4m_fn[2] = {(const void *)q35_q4m,
+                                (const void *)q35_q4m_glu};
+
+// kind 0: q35_q4s on row t; 1: q35_q4_1 on row t; 2: q35_q4_8 on rows
+// 0..T-1; 3: q35_q4m on rows 0..T-1
 static bool run(int kind, const Shape &s, const uint32_t *q, const float *p,
                 const uint32_t *q2, const float *p2, const float *x, float *y,
                 int T, int mode, const float *nw, cudaStream_t st)
@@ -91,6 +124,24 @@ static bool run(int kind, const Shape &s, const uint32_t *q, const float *p,
     int rows = s.rows, cols = s.cols, gsz = s.gsz, ldx = cols, ldy = rows;
     int wpr = q35_q4_wpr(rows, cols);
     float eps = 1e-6f;
+    if (kind == 3) {
+        int tb = q35_q4m_rows(cols, gsz, T);
+        if (tb < 1)
+            return false;
+        int ns = q35_q4m_stages(cols, gsz, tb);
+        int nb = nsm * Q35_GEMVS_BPS, units = (rows + 15) / 16;
+        if (nb > units)
+            nb = units;
+        q35_tmap qm = map_q4m(q, rows, cols, gsz, false),
+                 pm = map_q4m(p, rows, cols, gsz, true);
+        q35_tmap qm2 = q2 ? map_q4m(q2, rows, cols, gsz, false) : qm,
+                 pm2 = p2 ? map_q4m(p2, rows, cols, gsz, true) : pm;
+        void *a[] = {&qm,   &pm,   &qm2, &pm2, &x,    &ldx, &y,  &ldy, &rows,
+                     &cols, &T,    &gsz, &mode, &nw,  &eps, &ns, &tb};
+        bench_launch(q4m_fn[s.glu], dim3(nb, (T + tb - 1) / tb), dim3(288),
+                     q35_q4m_smem(cols, gsz, tb, ns), a, st);
+        return true;
+    }
     if (kind == 0) {
         int ns = q35_q4s_stages(cols, gsz);
         if (ns < 2)
@@ -128,6 +179,10 @@ int main()
             CK(cudaFuncSetAttribute(q4s_fn[u][k],
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     Q35_GEMVS_SMEM));
+    for (int u = 0; u < 2; u++)
+        CK(cudaFuncSetAttribute(q4m_fn[u],
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                Q35_GEMVS_SMEM));
     size_t WN = (size_t)1 << 29, PN = (size_t)1 << 27; // 2 GiB, 1 GiB
     uint32_t *Q;
     float *P, *X, *Y, *Y2, *NW;
@@ -203,12 +258,25 @@ int main()
             if (has_s)
                 CK(cudaMemcpyAsync(c.data(), Y, ny * 4,
                                    cudaMemcpyDeviceToHost, st));
+            // q35_q4m over T rows, then one row at a time
+            std::vector<float> m(ny), m1(ny);
+            bool has_m = run(3, s, q, p, q2, p2, X, Y, T, mode, nw, st);
+            if (has_m) {
+                CK(cudaMemcpyAsync(m.data(), Y, ny * 4,
+                                   cudaMemcpyDeviceToHost, st));
+                for (int t = 0; t < T; t++)
+                    run(3, s, q, p, q2, p2, X + (size_t)t * s.cols,
+                        Y + (size_t)t * s.rows, 1, mode, nw, st);
+                CK(cudaMemcpyAsync(m1.data(), Y, ny * 4,
+                                   cudaMemcpyDeviceToHost, st));
+            }
             CK(cudaStreamSynchronize(st));
             CK(cudaGetLastError());
-            int diff1 = 0, diffs = 0;
+            int diff1 = 0, diffs = 0, diffm = 0;
             for (size_t i = 0; i < ny; i++) {
                 diff1 += memcmp(&a[i], &b[i], 4) != 0;
                 diffs += has_s && memcmp(&a[i], &c[i], 4) != 0;
+                diffm += has_m && memcmp(&m[i], &m1[i], 4) != 0;
             }
             // float64 reference on rows 0 and T-1, a sample of output rows
             size_t nq = (size_t)s.rows * s.cols / 8 * (s.glu ? 2 : 1);
@@ -217,7 +285,7 @@ int main()
             CK(cudaMemcpy(hq.data(), Q, nq * 4, cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(hp.data(), P, hp.size() * 4,
                           cudaMemcpyDeviceToHost));
-            double err = 0, big = 0;
+            double err = 0, big = 0, errm = 0;
             for (int t : {0, T - 1}) {
                 const float *xr = hx.data() + (size_t)t * s.cols;
                 std::vector<double> xn(s.cols);
@@ -249,10 +317,15 @@ int main()
                                        : v[0];
                     double got = a[(size_t)t * s.rows + row];
                     err = std::fmax(err, std::fabs(got - ref));
+                    if (has_m)
+                        errm = std::fmax(
+                            errm,
+                            std::fabs(m[(size_t)t * s.rows + row] - ref));
                     big = std::fmax(big, std::fabs(ref));
                 }
             }
             double rel = err / (big > 0 ? big : 1);
+            double relm = errm / (big > 0 ? big : 1);
             // a residual add on top of the one-row result
             int addfail = 0;
             if (has_s && !s.glu) {
@@ -270,19 +343,36 @@ int main()
                     float want = d[i] + c[i];
                     addfail += memcmp(&want, &e[i], 4) != 0;
                 }
+                if (has_m) {
+                    CK(cudaMemcpyAsync(Y2, d.data(), s.rows * 4,
+                                       cudaMemcpyHostToDevice, st));
+                    run(3, s, q, p, q2, p2, X, Y2, 1, 1, nw, st);
+                    CK(cudaMemcpyAsync(e.data(), Y2, s.rows * 4,
+                                       cudaMemcpyDeviceToHost, st));
+                    CK(cudaStreamSynchronize(st));
+                    for (int i = 0; i < s.rows; i++) {
+                        float want = d[i] + m1[i];
+                        addfail += memcmp(&want, &e[i], 4) != 0;
+                    }
+                }
             }
-            bool bad = diff1 || diffs || addfail || rel > 1e-5;
+            // q35_q4m carries x as BF16 halves (2^-17 relative each), the
+            // others as float32: 3e-5 for it
+            bool bad = diff1 || diffs || diffm || addfail || rel > 1e-5 ||
+                       relm > 3e-5;
             fails += bad;
-            printf("%-8s nw=%d wpr=%d stages=%d: vs float64 %.2e, q4_1 != "
-                   "q4_8 %d, q4s != q4_8 %d%s, add %d%s\n",
+            printf("%-8s nw=%d wpr=%d stages=%d: vs float64 %.2e (q4m "
+                   "%.2e), q4_1 != q4_8 %d, q4s != q4_8 %d%s, q4m 8 != 1 "
+                   "%d%s, add %d%s\n",
                    s.name, usenw, q35_q4_wpr(s.rows, s.cols),
-                   q35_q4s_stages(s.cols, s.gsz), rel, diff1, diffs,
-                   has_s ? "" : " (no q4s)", addfail, bad ? "  FAIL" : "");
+                   q35_q4s_stages(s.cols, s.gsz), rel, relm, diff1, diffs,
+                   has_s ? "" : " (no q4s)", diffm, has_m ? "" : " (no q4m)",
+                   addfail, bad ? "  FAIL" : "");
         }
     printf("correctness: %d failures\n", fails);
     // speed: 30 launches on distinct weights, one graph
     for (int si = 0; si < 11; si++)
-        for (int kind = 0; kind < 2; kind++) {
+        for (int kind : {0, 1, 3}) {
             const Shape &s = sh[si];
             int gp = q35_q4_gp(s.cols, s.gsz);
             size_t nq = (size_t)s.rows * s.cols / 8 * (s.glu ? 2 : 1);
@@ -324,7 +414,8 @@ int main()
             double us = ms * 1000.0 / (5 * reps);
             double bytes = nq * 4.0 + np * 8.0;
             printf("%-8s %-8s %8.1f us  %.2f TB/s\n", s.name,
-                   kind ? "q4_1" : "q4s", us, bytes / us / 1e6);
+                   kind == 3 ? "q4m" : kind ? "q4_1" : "q4s", us,
+                   bytes / us / 1e6);
             CK(cudaGraphExecDestroy(ge));
             CK(cudaGraphDestroy(gr));
         }

@@ -133,6 +133,10 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
             t[n].f = &F->q4s[u][k];
             snprintf(t[n++].name, 32, "q35_q4s%d%s", 1 << k, u ? "_glu" : "");
         }
+    for (int u = 0; u < 2; u++) {
+        t[n].f = &F->q4m[u];
+        snprintf(t[n++].name, 32, "q35_q4m%s", u ? "_glu" : "");
+    }
     t[n].f = &F->embed_q4;
     snprintf(t[n++].name, 32, "q35_embed_q4");
     for (int i = 0; i < 5; i++) {
@@ -476,6 +480,37 @@ static int q35_map_q4(const loom_cuda *cu, q35_gpu_lin *l)
     return 1;
 }
 
+/* The tensor maps of q35_q4m: the words as 32-bit elements in boxes of 32
+ * by 16 rows under the 128-byte swizzle, the pairs as 32-bit ones in boxes
+ * of a chunk's pairs and 4 more by 16 rows, zeros past the edges. */
+static int q35_map_q4m(const loom_cuda *cu, q35_gpu_lin *l)
+{
+    if (!l->p || !l->bits)
+        return 1;
+    if (q35_q4m_rows(l->cols, l->group, 1) < 1)
+        return 1;
+    q35_tmap qm, pm;
+    uint64_t qd[2] = {(uint64_t)l->cols / 8, (uint64_t)l->rows};
+    uint64_t qs[1] = {(uint64_t)l->cols / 2};
+    uint64_t pd[2] = {(uint64_t)q35_q4_gp(l->cols, l->group) * 2,
+                      (uint64_t)l->rows};
+    uint64_t ps[1] = {pd[0] * 4};
+    uint32_t qb[2] = {32, 16};
+    uint32_t pb[2] = {(uint32_t)(2 * 1024 / l->group + 4), 16};
+    uint32_t one[2] = {1, 1};
+    /* UINT32, no interleave, 128-byte swizzle / none, 256-byte L2
+     * promotion, zero fill */
+    if (cu->tensorMapEncodeTiled(&qm, 2, 2, (void *)(uintptr_t)l->p, qd, qs, qb,
+                                 one, 0, 3, 3, 0) != 0 ||
+        cu->tensorMapEncodeTiled(&pm, 2, 2, (void *)(uintptr_t)l->pairs, pd, ps,
+                                 pb, one, 0, 0, 3, 0) != 0)
+        return 0;
+    memcpy(l->q4m_map, &qm, sizeof l->q4m_map);
+    memcpy(l->q4m_pmap, &pm, sizeof l->q4m_pmap);
+    l->q4m_mapped = 1;
+    return 1;
+}
+
 static int q35_map_layer(const loom_cuda *cu, q35_gpu_layer *D,
                          int (*map)(const loom_cuda *, q35_gpu_lin *))
 {
@@ -506,6 +541,7 @@ static void q35_gpu_maps(loom_model *m)
     q35_gpu *g = m->gpu;
     g->mma = g->mma && q35_map_all(m, q35_map_lin);
     g->q4s = g->q4s && q35_map_all(m, q35_map_q4);
+    g->q4m = g->q4m && q35_map_all(m, q35_map_q4m);
 }
 
 /* Refuses what the kernels do not take: quantized weights, shapes past the
@@ -897,12 +933,22 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
         for (int k = 0; k < 4 && g->q4s; k++)
             g->q4s =
                 cu->funcSetAttribute(g->fn.q4s[u][k], 8, Q35_GEMVS_SMEM) == 0;
+    /* ... and the tensor-core one */
+    g->q4m = g->gemvs &&
+             LOOM_HAS_FIELD(cu->struct_size, loom_cuda, tensorMapEncodeTiled) &&
+             cu->tensorMapEncodeTiled != NULL;
+    for (int u = 0; u < 2 && g->q4m; u++)
+        g->q4m = cu->funcSetAttribute(g->fn.q4m[u], 8, Q35_GEMVS_SMEM) == 0;
     q35_gpu_mma_open(g);
     /* one stream and no windows: every decode round is a one-row step,
      * which the streaming kernels run faster (the tensor-core ones pay
      * off once rows share a weight read: many streams, windows) */
     if (max_streams == 1 && no_windows)
         g->mma = 0;
+    /* ... and the affine-4 one-row form q35_q4s beats q35_q4m there (9B:
+     * 366 against 273 tok/s), which pays from 8 streams (535 against 395) */
+    if (max_streams == 1 && no_windows)
+        g->q4m = 0;
     g->lay = (q35_gpu_log){(int32_t)m->log.conv, (int32_t)m->log.k,
                            (int32_t)m->log.v,    (int32_t)m->log.decay,
                            (int32_t)m->log.beta, (int32_t)m->log.size};

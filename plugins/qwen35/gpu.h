@@ -29,6 +29,10 @@ typedef struct q35_gpu_lin {
      * (boxes of a 1024-column chunk of Q35_Q4S_BOX rows) */
     int32_t q4mapped;
     uint64_t pmap[16];
+    /* affine-4, when q35_q4m runs: its maps of the words and the pairs
+     * (gpu_kernels.h, q35_q4m_stage) */
+    int32_t q4m_mapped;
+    uint64_t q4m_map[16], q4m_pmap[16];
 } q35_gpu_lin;
 
 typedef struct q35_gpu_layer {
@@ -65,6 +69,8 @@ typedef struct q35_gpu_fns {
     /* ... one row through shared memory (gemv_q4_stream.cu): [SwiGLU][wpr
      * 1, 2, 4, 8] */
     loom_cu_function q4s[2][4];
+    /* ... on tensor cores, any number of rows (gemv_q4_mma.cu): [SwiGLU] */
+    loom_cu_function q4m[2];
     loom_cu_function rmsnorm, conv, conv_restore;
     loom_cu_function gdn_rec, gdn_rec4, gdn_rec4s, gdn_replay;
     loom_cu_function attn_prep, attention;
@@ -147,6 +153,7 @@ typedef struct q35_gpu {
     unsigned attn_mma_smem;
     int gemvs;    /* one-row products take the gemvs kernels */
     int q4s;      /* ... and the affine-4 ones q35_q4s, with tensor maps */
+    int q4m;      /* affine-4 products of any rows take q35_q4m */
     int gdn_rec4; /* the recurrence takes q35_gdn_rec4 */
     /* decode products of BF16 weights take the mma kernels: their ring
      * stages by [ring][tile] (ring 0 one block per SM, 1 two) and the

@@ -112,6 +112,44 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
                                   "q35_mma", R->err);
 }
 
+/* An affine-4 product on tensor cores (q35_q4m), normed in the kernel:
+ * up to Q35_Q4M_TOK rows of x a block, the same bits for a row whatever
+ * else the launch carries. */
+static loom_status q35_lin_q4m(const q35_run *R, const q35_gpu_lin *w,
+                               const q35_gpu_lin *w2, loom_cu_ptr x, int ldx,
+                               loom_cu_ptr y, int ldy, int T, int mode,
+                               loom_cu_ptr nw)
+{
+    int rows = w->rows, cols = w->cols, gsz = w->group, glu = mode == 2;
+    int tb = q35_q4m_rows(cols, gsz, T), ns = q35_q4m_stages(cols, gsz, tb);
+    float eps = (float)R->m->g.eps;
+    int64_t nb = R->g->cu->sm_count * Q35_GEMVS_BPS, units = (rows + 15) / 16;
+    if (nb > units)
+        nb = units;
+    void *qm2 = (void *)(w2 ? w2->q4m_map : w->q4m_map);
+    void *pm2 = (void *)(w2 ? w2->q4m_pmap : w->q4m_pmap);
+    void *args[] = {(void *)w->q4m_map,
+                    (void *)w->q4m_pmap,
+                    qm2,
+                    pm2,
+                    &x,
+                    &ldx,
+                    &y,
+                    &ldy,
+                    &rows,
+                    &cols,
+                    &T,
+                    &gsz,
+                    &mode,
+                    &nw,
+                    &eps,
+                    &ns,
+                    &tb};
+    return q35_gpu_launch(
+        R->g, R->g->fn.q4m[glu], (unsigned)nb, (unsigned)((T + tb - 1) / tb),
+        288, q35_q4m_smem(cols, gsz, tb, ns), args, "q35_q4m", R->err);
+}
+
 /* y = W x over T rows (mode 0), y += W x (1), or y = silu(W x) * (W2 x)
  * (2); with sel, row t uses expert sel[t * sel_stride] of W (and W2); with
  * nw, x is the residual stream and the product reads RMSNorm(x) * nw. The
@@ -128,6 +166,9 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
     int dt = q35_dt(w->dtype);
     if (R->g->mma && w->mapped && !sel && (!w2 || w2->mapped))
         return q35_lin_mma(R, w, w2, x, ldx, y, ldy, T, mode, nw);
+    if (w->bits && R->g->q4m && w->q4m_mapped && !sel && ldx % 4 == 0 &&
+        (!w2 || w2->q4m_mapped))
+        return q35_lin_q4m(R, w, w2, x, ldx, y, ldy, T, mode, nw);
     /* the other kernels read a normed copy, and so do affine-4 rows of
      * more than one token (the same bits as a kernel's own norm: q35_ss4) */
     if (nw && (w->bits ? T > 1 : !(dt < 2 && cols % 8 == 0 && ldx % 4 == 0))) {

@@ -121,6 +121,51 @@ static inline int q35_q4s_stages(int cols, int gsz)
     return ns > Q35_Q4S_NS ? Q35_Q4S_NS : ns;
 }
 
+/* The affine-4 product on tensor cores (cuda/gemv_q4_mma.cu). A ring stage
+ * holds a 1024-column chunk of two 16-row tiles (SwiGLU: 16 rows of each
+ * weight): for each tile its words as 4 boxes of 256 columns by 16 rows
+ * (2 KiB each, under the 128-byte swizzle), then for each tile its pairs,
+ * 1024 / gsz a row and two more (a row's pitch, so that the rows' pairs
+ * fall in other banks). A block takes up to Q35_Q4M_TOK rows of x, at most
+ * Q35_Q4M_NS stages. Groups of 32 to 512 columns, a power of two. */
+#define Q35_Q4M_TOK 4
+#define Q35_Q4M_NS  6
+static inline Q35_HD int q35_q4m_pitch(int gsz)
+{
+    return 1024 / gsz * 8 + 16;
+}
+static inline Q35_HD int q35_q4m_stage(int gsz)
+{
+    return (16384 + 32 * q35_q4m_pitch(gsz) + 1023) / 1024 * 1024;
+}
+/* Its dynamic shared memory for tb rows of x and ns stages: 1024 bytes to
+ * align the ring, the ring, two buffers of the warps' partial sums, then
+ * the rows' BF16 halves and two floats per 32 columns a row. */
+static inline unsigned q35_q4m_smem(int cols, int gsz, int tb, int ns)
+{
+    return (unsigned)(1024 + ns * q35_q4m_stage(gsz) + 2 * 8 * 32 * 4 * 4 +
+                      tb * cols * 4 + 2 * tb * (cols / 32) * 4);
+}
+/* The stages for tb rows within Q35_GEMVS_SMEM (two blocks an SM; below 2
+ * it does not run). */
+static inline int q35_q4m_stages(int cols, int gsz, int tb)
+{
+    if (gsz < 32 || gsz > 512 || (gsz & (gsz - 1)) != 0 || cols % 32)
+        return 0;
+    int ns = ((int)Q35_GEMVS_SMEM - (int)q35_q4m_smem(cols, gsz, tb, 0)) /
+             q35_q4m_stage(gsz);
+    return ns > Q35_Q4M_NS ? Q35_Q4M_NS : ns;
+}
+/* Rows of x a block takes: the most, up to T and Q35_Q4M_TOK, that leave 2
+ * stages (0: none do). */
+static inline int q35_q4m_rows(int cols, int gsz, int T)
+{
+    int tb = T < Q35_Q4M_TOK ? T : Q35_Q4M_TOK;
+    while (tb > 0 && q35_q4m_stages(cols, gsz, tb) < 2)
+        tb--;
+    return tb;
+}
+
 /* The tensor-core decode product (cuda/gemv_mma.cu): a block's columns
  * are a run of Q35_MMA_KC-column slices; a ring stage holds rs weight
  * rows (q35_mma_rs) by 16384 / rs columns, as 64-column blocks of rs rows of

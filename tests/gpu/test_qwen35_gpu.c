@@ -938,14 +938,30 @@ START_TEST(affine4_matches_cpu)
     ck_assert_msg(vs_cpu < TOL, "affine-4: GPU vs CPU %g", vs_cpu);
     ck_assert_msg(vs_steps < TOL, "affine-4: prompt vs steps %g", vs_steps);
     /* fewer rows than a prompt chunk: the prompt is one window on the
-     * decode kernels (the register form, q35_q4_8) and the steps take the
-     * one-row form through shared memory (q35_q4s); both sum every row in
-     * one order, so the window is the steps bit for bit */
+     * decode kernels (q35_q4m), which sum every row in one order whatever
+     * the launch carries, so the window is the steps bit for bit */
     ck_assert_int_lt(P, LOOM_PROMPT_MIN_ROWS);
     ck_assert_msg(memcmp(lg, steps, cnt * sizeof(float)) == 0,
                   "affine-4: a window differs from one-row steps");
     ck_assert_msg(vs_bf16 > 1e-3, "affine-4: the same as BF16 (%g)", vs_bf16);
     same_argmax("affine-4 (GPU vs CPU)", lg, lc, P, V, TOL);
+    /* one stream and no drafter: the products take the one-row form
+     * (q35_q4s) and the register form (q35_q4_8) instead of the tensor
+     * cores (q35_q4m), held to the same bounds */
+    e = gpu_open(dir, LOOM_DEVICE_CUDA, 1, "qwen35");
+    c = tm_new_cache(e);
+    feed(e, c, 0, g.prompt, P, P, LOOM_ROW_LOGITS, lg);
+    d = tm_new_cache(e);
+    feed(e, d, 0, g.prompt, P, 1, LOOM_ROW_LOGITS, steps);
+    tm_cache_free(e, c);
+    tm_cache_free(e, d);
+    loom_engine_close(e);
+    double one_cpu = rel_err(lg, lc, cnt);
+    printf("affine-4, one stream: GPU vs CPU %.3g\n", one_cpu);
+    ck_assert_msg(one_cpu < TOL, "affine-4, one stream: GPU vs CPU %g",
+                  one_cpu);
+    ck_assert_msg(memcmp(lg, steps, cnt * sizeof(float)) == 0,
+                  "affine-4, one stream: a window differs from its steps");
     free(lg);
     free(lc);
     free(steps);
