@@ -50,21 +50,19 @@ static q35_tmap map_of(const void *base, int rows, int cols, int gsz,
                        bool is_pairs)
 {
     q35_tmap m;
-    cuuint64_t d[2] = {(cuuint64_t)(is_pairs ? q35_q4_gp(cols, gsz)
-                                             : cols / 8),
+    cuuint64_t d[2] = {(cuuint64_t)(is_pairs ? q35_q4_gp(cols, gsz) : cols / 8),
                        (cuuint64_t)rows};
     cuuint64_t st[1] = {is_pairs ? d[0] * 8 : (cuuint64_t)cols / 2};
     cuuint32_t box[2] = {is_pairs ? (cuuint32_t)(1024 / gsz) : 128u,
                          Q35_Q4S_BOX},
                one[2] = {1, 1};
-    CUresult r = bench_encoder()((CUtensorMap *)&m,
-                        is_pairs ? CU_TENSOR_MAP_DATA_TYPE_UINT64
-                                 : CU_TENSOR_MAP_DATA_TYPE_UINT32,
-                        2, (void *)base, d, st, box, one,
-                        CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        CU_TENSOR_MAP_SWIZZLE_NONE,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    CUresult r = bench_encoder()(
+        (CUtensorMap *)&m,
+        is_pairs ? CU_TENSOR_MAP_DATA_TYPE_UINT64
+                 : CU_TENSOR_MAP_DATA_TYPE_UINT32,
+        2, (void *)base, d, st, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
         printf("cuTensorMapEncodeTiled: %d\n", (int)r);
         exit(1);
@@ -79,9 +77,9 @@ static q35_tmap map_q4m(const void *base, int rows, int cols, int gsz,
                         bool is_pairs)
 {
     q35_tmap m;
-    cuuint64_t d[2] = {(cuuint64_t)(is_pairs ? 2 * q35_q4_gp(cols, gsz)
-                                             : cols / 8),
-                       (cuuint64_t)rows};
+    cuuint64_t d[2] = {
+        (cuuint64_t)(is_pairs ? 2 * q35_q4_gp(cols, gsz) : cols / 8),
+        (cuuint64_t)rows};
     cuuint64_t st[1] = {is_pairs ? d[0] * 4 : (cuuint64_t)cols / 2};
     cuuint32_t box[2] = {is_pairs ? (cuuint32_t)(2 * 1024 / gsz + 4) : 32u,
                          16u},
@@ -136,8 +134,8 @@ static bool run(int kind, const Shape &s, const uint32_t *q, const float *p,
                  pm = map_q4m(p, rows, cols, gsz, true);
         q35_tmap qm2 = q2 ? map_q4m(q2, rows, cols, gsz, false) : qm,
                  pm2 = p2 ? map_q4m(p2, rows, cols, gsz, true) : pm;
-        void *a[] = {&qm,   &pm,   &qm2, &pm2, &x,    &ldx, &y,  &ldy, &rows,
-                     &cols, &T,    &gsz, &mode, &nw,  &eps, &ns, &tb};
+        void *a[] = {&qm,   &pm, &qm2, &pm2,  &x,  &ldx, &y,  &ldy, &rows,
+                     &cols, &T,  &gsz, &mode, &nw, &eps, &ns, &tb};
         bench_launch(q4m_fn[s.glu], dim3(nb, (T + tb - 1) / tb), dim3(288),
                      q35_q4m_smem(cols, gsz, tb, ns), a, st);
         return true;
@@ -147,26 +145,26 @@ static bool run(int kind, const Shape &s, const uint32_t *q, const float *p,
         if (ns < 2)
             return false;
         int k = q35_wpr_kind(wpr);
-        int nb = nsm * Q35_GEMVS_BPS, boxes = (rows + Q35_Q4S_BOX - 1) /
-                                              Q35_Q4S_BOX;
+        int nb = nsm * Q35_GEMVS_BPS,
+            boxes = (rows + Q35_Q4S_BOX - 1) / Q35_Q4S_BOX;
         if (nb > boxes)
             nb = boxes;
         q35_tmap qm = map_of(q, rows, cols, gsz, false),
                  pm = map_of(p, rows, cols, gsz, true);
         q35_tmap qm2 = q2 ? map_of(q2, rows, cols, gsz, false) : qm,
                  pm2 = p2 ? map_of(p2, rows, cols, gsz, true) : pm;
-        void *a[] = {&qm, &pm, &qm2, &pm2, &x, &y, &rows,
-                     &cols, &gsz, &mode, &nw, &eps, &ns};
+        void *a[] = {&qm,   &pm,  &qm2,  &pm2, &x,   &y, &rows,
+                     &cols, &gsz, &mode, &nw,  &eps, &ns};
         bench_launch(q4s_fn[s.glu][k], dim3(nb), dim3(288),
-               q35_q4s_smem(cols, gsz, ns), a, st);
+                     q35_q4s_smem(cols, gsz, ns), a, st);
         return true;
     }
     int many = kind == 2, nt = many ? 8 : 1, rpw = s.glu ? 2 : 4;
     long warps = (long)(rows + rpw - 1) / rpw * wpr;
-    void *a[] = {&q,    &p, &q2,   &p2,  &x,   &ldx, &y,  &ldy,
-                 &rows, &cols, &T, &mode, &wpr, &gsz, &nw, &eps};
+    void *a[] = {&q,    &p,    &q2, &p2,   &x,   &ldx, &y,  &ldy,
+                 &rows, &cols, &T,  &mode, &wpr, &gsz, &nw, &eps};
     bench_launch(q4_fn[many][s.glu], dim3((warps + 7) / 8, (T + nt - 1) / nt),
-           dim3(256), 0, a, st);
+                 dim3(256), 0, a, st);
     return true;
 }
 
@@ -256,19 +254,19 @@ int main()
                 has_s = run(0, s, q, p, q2, p2, X + (size_t)t * s.cols,
                             Y + (size_t)t * s.rows, 1, mode, nw, st);
             if (has_s)
-                CK(cudaMemcpyAsync(c.data(), Y, ny * 4,
-                                   cudaMemcpyDeviceToHost, st));
+                CK(cudaMemcpyAsync(c.data(), Y, ny * 4, cudaMemcpyDeviceToHost,
+                                   st));
             // q35_q4m over T rows, then one row at a time
             std::vector<float> m(ny), m1(ny);
             bool has_m = run(3, s, q, p, q2, p2, X, Y, T, mode, nw, st);
             if (has_m) {
-                CK(cudaMemcpyAsync(m.data(), Y, ny * 4,
-                                   cudaMemcpyDeviceToHost, st));
+                CK(cudaMemcpyAsync(m.data(), Y, ny * 4, cudaMemcpyDeviceToHost,
+                                   st));
                 for (int t = 0; t < T; t++)
                     run(3, s, q, p, q2, p2, X + (size_t)t * s.cols,
                         Y + (size_t)t * s.rows, 1, mode, nw, st);
-                CK(cudaMemcpyAsync(m1.data(), Y, ny * 4,
-                                   cudaMemcpyDeviceToHost, st));
+                CK(cudaMemcpyAsync(m1.data(), Y, ny * 4, cudaMemcpyDeviceToHost,
+                                   st));
             }
             CK(cudaStreamSynchronize(st));
             CK(cudaGetLastError());
@@ -283,8 +281,7 @@ int main()
             std::vector<uint32_t> hq(nq);
             std::vector<float> hp((size_t)s.rows * gp * 2 * (s.glu ? 2 : 1));
             CK(cudaMemcpy(hq.data(), Q, nq * 4, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(hp.data(), P, hp.size() * 4,
-                          cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(hp.data(), P, hp.size() * 4, cudaMemcpyDeviceToHost));
             double err = 0, big = 0, errm = 0;
             for (int t : {0, T - 1}) {
                 const float *xr = hx.data() + (size_t)t * s.cols;
@@ -295,8 +292,7 @@ int main()
                 double r = 1.0 / std::sqrt(ss / s.cols + 1e-6);
                 for (int i = 0; i < s.cols; i++)
                     xn[i] = usenw ? xr[i] * r * hg[i] : xr[i];
-                for (int row = 0; row < s.rows;
-                     row += s.rows > 4000 ? 97 : 1) {
+                for (int row = 0; row<s.rows; row += s.rows> 4000 ? 97 : 1) {
                     double v[2] = {0, 0};
                     for (int h = 0; h < (s.glu ? 2 : 1); h++) {
                         const uint32_t *qr = hq.data() +
@@ -313,14 +309,13 @@ int main()
                             v[h] += w * xn[i];
                         }
                     }
-                    double ref = s.glu ? v[0] / (1 + std::exp(-v[0])) * v[1]
-                                       : v[0];
+                    double ref =
+                        s.glu ? v[0] / (1 + std::exp(-v[0])) * v[1] : v[0];
                     double got = a[(size_t)t * s.rows + row];
                     err = std::fmax(err, std::fabs(got - ref));
                     if (has_m)
                         errm = std::fmax(
-                            errm,
-                            std::fabs(m[(size_t)t * s.rows + row] - ref));
+                            errm, std::fabs(m[(size_t)t * s.rows + row] - ref));
                     big = std::fmax(big, std::fabs(ref));
                 }
             }
@@ -358,8 +353,8 @@ int main()
             }
             // q35_q4m carries x as BF16 halves (2^-17 relative each), the
             // others as float32: 3e-5 for it
-            bool bad = diff1 || diffs || diffm || addfail || rel > 1e-5 ||
-                       relm > 3e-5;
+            bool bad =
+                diff1 || diffs || diffm || addfail || rel > 1e-5 || relm > 3e-5;
             fails += bad;
             printf("%-8s nw=%d wpr=%d stages=%d: vs float64 %.2e (q4m "
                    "%.2e), q4_1 != q4_8 %d, q4s != q4_8 %d%s, q4m 8 != 1 "
@@ -414,8 +409,10 @@ int main()
             double us = ms * 1000.0 / (5 * reps);
             double bytes = nq * 4.0 + np * 8.0;
             printf("%-8s %-8s %8.1f us  %.2f TB/s\n", s.name,
-                   kind == 3 ? "q4m" : kind ? "q4_1" : "q4s", us,
-                   bytes / us / 1e6);
+                   kind == 3 ? "q4m"
+                   : kind    ? "q4_1"
+                             : "q4s",
+                   us, bytes / us / 1e6);
             CK(cudaGraphExecDestroy(ge));
             CK(cudaGraphDestroy(gr));
         }
