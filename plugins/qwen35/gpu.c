@@ -162,6 +162,7 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     Q35_FN(moe_axpy, "q35_moe_axpy");
     Q35_FN(to_bf16, "q35_to_bf16");
     Q35_FN(swiglu, "q35_swiglu");
+    Q35_FN(q4_bf16, "q35_q4_bf16");
     Q35_FN(conv_chunk, "q35_conv_chunk");
     Q35_FN(gdnc_prep, "q35_gdnc_prep");
     Q35_FN(gdnc_wy, "q35_gdnc_wy");
@@ -756,8 +757,8 @@ static void q35_gpu_mma_open(q35_gpu *g)
 
 /* Prompt chunks take tensor-core products when the host has them (no
  * cuBLASLt, or LOOM_CUBLASLT naming none: every row on loom's own kernels)
- * and the MLP weights are BF16; products of other weights keep their
- * kernels. */
+ * and the MLP weights are BF16 or affine-4 (read as a BF16 copy); products
+ * of other weights keep their kernels. */
 static void q35_gpu_gemm_open(loom_model *m)
 {
     q35_gpu *g = m->gpu;
@@ -767,8 +768,9 @@ static void q35_gpu_gemm_open(loom_model *m)
         return;
     int bf16 = 0;
     for (int64_t i = 0; i < m->g.n_layers; i++)
-        bf16 |= g->layers[i].gate.dtype == LOOM_DTYPE_BF16 &&
-                !g->layers[i].gate.bits;
+        bf16 |= g->layers[i].gate.bits == 4 ||
+                (g->layers[i].gate.dtype == LOOM_DTYPE_BF16 &&
+                 !g->layers[i].gate.bits);
     if (!bf16)
         return;
     loom_err err = {{0}};
@@ -797,6 +799,7 @@ void q35_gpu_close(loom_model *m)
     cu->free(cu, LOOM_MEM_SCRATCH, g->s.logits, g->s.logits_bytes);
     cu->free(cu, LOOM_MEM_SCRATCH, g->s.taps, g->s.taps_bytes);
     cu->free(cu, LOOM_MEM_SCRATCH, g->s.maps, g->s.maps_bytes);
+    cu->free(cu, LOOM_MEM_SCRATCH, g->s.wdq, g->s.wdq_bytes);
     /* giving bytes back is never refused */
     if (g->host_bytes)
         (void)m->host->account(m->host, LOOM_MEM_HOST, LOOM_MEM_SCRATCH,

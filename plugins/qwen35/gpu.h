@@ -75,7 +75,7 @@ typedef struct q35_gpu_fns {
     loom_cu_function gdn_rec, gdn_rec4, gdn_rec4s, gdn_replay;
     loom_cu_function attn_prep, attention;
     loom_cu_function gather, add, next_split, moe_route, moe_axpy;
-    loom_cu_function to_bf16, swiglu; /* prompt chunks (prompt.cu) */
+    loom_cu_function to_bf16, swiglu, q4_bf16; /* prompt chunks (prompt.cu) */
     loom_cu_function conv_chunk, gdnc_prep, gdnc_wy, gdnc_apply, gdnc_norm;
     loom_cu_function attn_chunk;
     loom_cu_function attn_mma[5]; /* ... on tensor cores, head_dim 16 << i */
@@ -96,6 +96,10 @@ typedef struct q35_gpu_scratch {
     loom_cu_ptr xs;   /* decode rows' product input as BF16 hi, lo halves */
     loom_cu_ptr logits, taps, maps; /* grown on demand */
     uint64_t logits_bytes, taps_bytes, maps_bytes;
+    /* an affine-4 weight as BF16 for a prompt chunk's product, grown on
+     * demand */
+    loom_cu_ptr wdq;
+    uint64_t wdq_bytes;
 } q35_gpu_scratch;
 
 /* A forward's launches captured as a CUDA graph, for one shape: rows,

@@ -272,6 +272,30 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
         (unsigned)(T + tile - 1) / tile, 256, 0, args, "q35_linear", R->err);
 }
 
+/* A prompt chunk's product reads BF16 weights: an affine-4 weight's copy
+ * as BF16 in s.wdq (q35_q4_bf16; q35_gpu_forward grew it to
+ * q35_dq_need), else the weight itself. */
+static loom_status q35_lin_bf16(const q35_run *R, const q35_gpu_lin *w,
+                                loom_cu_ptr *out)
+{
+    *out = w->p;
+    if (!w->bits)
+        return LOOM_OK;
+    q35_gpu *g = R->g;
+    loom_cu_ptr wp = w->p, pr = w->pairs, wb = g->s.wdq;
+    int rows = w->rows, cols = w->cols, gsz = w->group;
+    int64_t words = (int64_t)rows * cols / 8;
+    if ((uint64_t)words * 16 > g->s.wdq_bytes)
+        return loom_err_set(R->err, LOOM_ERR_STATE,
+                            "qwen35 cuda: an affine-4 product of %d x %d "
+                            "past its BF16 buffer (%llu bytes)",
+                            rows, cols, (unsigned long long)g->s.wdq_bytes);
+    *out = wb;
+    Q35_LAUNCH(q4_bf16, (words + 255) / 256, 1, 256, 0, &wp, &pr, &wb, &rows,
+               &cols, &gsz);
+    return LOOM_OK;
+}
+
 /* The same product for one prompt chunk's n rows on tensor cores: the rows
  * as BF16 (normed first with nw), then D = W x (+ D for mode 1) in float32,
  * and for SwiGLU the second product and silu(g) * u. */
@@ -296,12 +320,18 @@ static loom_status q35_lin_gemm(const q35_run *R, const q35_gpu_lin *w,
         Q35_LAUNCH(to_bf16, n, 1, 256, 0, &x, &ldx, &xb, &cols, &nw, &eps);
     g->xb_src = 0;
     float beta = mode == 1 ? 1.0f : 0.0f;
-    loom_status st =
-        cu->gemm_bf16(cu, w->rows, n, cols, w->p, xb, y, ldy, beta, R->err);
+    loom_cu_ptr wp;
+    loom_status st = q35_lin_bf16(R, w, &wp);
+    if (st == LOOM_OK)
+        st = cu->gemm_bf16(cu, w->rows, n, cols, wp, xb, y, ldy, beta, R->err);
     if (st != LOOM_OK || mode != 2)
         return st;
     loom_cu_ptr up = g->s.gup;
-    st = cu->gemm_bf16(cu, w2->rows, n, cols, w2->p, xb, up, ldy, 0.0f, R->err);
+    /* the dequantized copy is free again: the stream runs in order */
+    st = q35_lin_bf16(R, w2, &wp);
+    if (st == LOOM_OK)
+        st =
+            cu->gemm_bf16(cu, w2->rows, n, cols, wp, xb, up, ldy, 0.0f, R->err);
     if (st != LOOM_OK)
         return st;
     int rows = w->rows;
@@ -320,9 +350,36 @@ static loom_status q35_lin_gemm(const q35_run *R, const q35_gpu_lin *w,
     return LOOM_OK;
 }
 
+/* BF16 weights, or affine-4 ones (dequantized to BF16 per product), with
+ * rows of whole 16-byte pieces. */
 static int q35_gemm_fits(const q35_gpu_lin *w)
 {
-    return w->p && !w->bits && w->dtype == LOOM_DTYPE_BF16 && w->cols % 8 == 0;
+    if (!w->p || w->cols % 8 != 0)
+        return 0;
+    if (w->bits)
+        return w->bits == 4 && w->group % 8 == 0 && w->cols % w->group == 0;
+    return w->dtype == LOOM_DTYPE_BF16;
+}
+
+/* Bytes of the largest affine-4 product a prompt chunk dequantizes: the
+ * layers' dense products (experts take the decode kernels). */
+static uint64_t q35_dq_need(const loom_model *m)
+{
+    uint64_t need = 0;
+    for (int64_t i = 0; i < m->g.n_layers; i++) {
+        const q35_gpu_layer *L = &m->gpu->layers[i];
+        const q35_gpu_lin *ls[] = {
+            &L->q,       &L->k,     &L->v,       &L->o,         &L->qkv,
+            &L->z,       &L->b,     &L->a,       &L->qkvz,      &L->ba,
+            &L->out,     &L->in,    &L->gate,    &L->up,        &L->down,
+            &L->sh_gate, &L->sh_up, &L->sh_down, &L->sh_gate_w, &L->router};
+        for (size_t k = 0; k < sizeof ls / sizeof *ls; k++)
+            if (ls[k]->bits && q35_gemm_fits(ls[k])) {
+                uint64_t b = (uint64_t)ls[k]->rows * (uint64_t)ls[k]->cols * 2;
+                need = b > need ? b : need;
+            }
+    }
+    return need;
 }
 
 /* A product over the round's rows: each prompt chunk (placed after every
@@ -820,6 +877,13 @@ loom_status q35_gpu_forward(loom_model *m, const loom_round *round,
         g->maps = mp;
         g->maps_cap = n_maps;
     }
+    /* a prompt chunk's affine-4 products read a BF16 copy of the weight */
+    for (int32_t i = 0; st == LOOM_OK && g->gemm && i < p->n_streams; i++)
+        if (loom_plan_prompt_chunk(&p->streams[i])) {
+            st = q35_gpu_grow(g, &g->s.wdq, &g->s.wdq_bytes, q35_dq_need(m),
+                              err);
+            break;
+        }
     if (st != LOOM_OK)
         return st;
 

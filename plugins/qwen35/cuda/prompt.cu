@@ -1,6 +1,7 @@
 // The helpers of a prompt chunk's tensor-core products (cuBLASLt through
 // loom_cuda.gemm_bf16): the rows as BF16, normed first when the product
-// reads the residual stream, and the SwiGLU of two products' outputs.
+// reads the residual stream, affine-4 weights as BF16, and the SwiGLU of
+// two products' outputs.
 #include "common.cuh"
 
 #include <cuda_bf16.h>
@@ -22,8 +23,8 @@ __device__ __forceinline__ uint2 q35_bf16x4(float4 a)
 // float4s, 4 of them in flight (the rows are a round trip to L2 away), and
 // the sum is q35_ss4's.
 extern "C" __global__ void q35_to_bf16(const float *x, int ldx,
-                                       __nv_bfloat16 *xb, int n,
-                                       const float *w, float eps)
+                                       __nv_bfloat16 *xb, int n, const float *w,
+                                       float eps)
 {
     Q35_PDL_ENTER();
     __shared__ float red[32];
@@ -113,4 +114,32 @@ extern "C" __global__ void q35_swiglu(float *y, const float *u, int n, int ld,
         return;
     }
     reinterpret_cast<uint2 *>(xr)[f] = q35_bf16x4(a);
+}
+
+// wb = bf16(s q + b) for MLX affine-4 weights (gpu_kernels.h's layout: the
+// words [rows][cols / 8], the (scale, bias) pairs of each row after them in
+// `pairs`), so that a prompt chunk's products take the BF16 tensor-core
+// path: rounded to BF16 as MLX itself dequantizes for BF16 activations.
+// Thread i on word i (8 columns, one group: gsz is a multiple of 8), its
+// 16 bytes of output in one store.
+extern "C" __global__ void q35_q4_bf16(const uint32_t *q, const float *pairs,
+                                       __nv_bfloat16 *wb, int rows, int cols,
+                                       int gsz)
+{
+    Q35_PDL_ENTER();
+    int64_t wpr = cols / 8, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)rows * wpr)
+        return;
+    int64_t r = i / wpr;
+    int c = (int)(i % wpr) * 8;
+    const float *pr = pairs + 2 * (r * q35_q4_gp(cols, gsz) + c / gsz);
+    float sc = pr[0], bi = pr[1];
+    uint32_t w = q[i];
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        v[j] = fmaf(sc, (float)((w >> (4 * j)) & 15u), bi);
+    uint2 lo = q35_bf16x4(make_float4(v[0], v[1], v[2], v[3]));
+    uint2 hi = q35_bf16x4(make_float4(v[4], v[5], v[6], v[7]));
+    reinterpret_cast<uint4 *>(wb)[i] = make_uint4(lo.x, lo.y, hi.x, hi.y);
 }
