@@ -4,6 +4,7 @@
  * that are not multiples of the tiles (rows, columns, tokens), and each
  * token's row the same bits whatever else is in the call or the pool. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,12 +16,15 @@
 
 /* The bound on |y - exact| / sum_k |w x| for set `isa` on weights of
  * dtype dt with k columns: g_2k (u = 2^-24) for the float32 chains, plus
- * 2^-8 (1 + g_2k) where x is rounded to BF16 (AVX512-BF16 on BF16). */
+ * 2^-8 (1 + g_2k) where x is rounded to BF16 (AVX512-BF16 and AMX on
+ * BF16: round to nearest even keeps 8 significant bits, and BF16 x BF16
+ * products are exact in float32, so only that rounding and the sums'
+ * count). */
 static double bound(loom_mm_isa isa, loom_dtype dt, int bits, int64_t k)
 {
     double u = ldexp(1.0, -24), g = 2.0 * (double)k * u;
     g = g / (1.0 - g);
-    if (isa == LOOM_MM_AVX512BF16 && dt == LOOM_DTYPE_BF16 && !bits)
+    if (isa >= LOOM_MM_AVX512BF16 && dt == LOOM_DTYPE_BF16 && !bits)
         return ldexp(1.0, -8) * (1.0 + g) + g;
     return g;
 }
@@ -75,8 +79,18 @@ static void check(loom_pool *pool, loom_dtype dt, int bits, int64_t rows,
     tw_free(&t);
 }
 
+/* Says which sets this CPU cannot check (they run as the best it has). */
+static void note_skipped(void)
+{
+    loom_mm_isa p = loom_matmul_prompt_isa();
+    for (int isa = (int)p + 1; isa <= (int)LOOM_MM_AMX; isa++)
+        printf("matmul_prompt: %s skipped (not on this CPU / OS)\n",
+               loom_matmul_isa_name((loom_mm_isa)isa));
+}
+
 START_TEST(prompt_kernels_within_bound_on_odd_shapes)
 {
+    note_skipped();
     loom_pool *pool = NULL;
     loom_err err;
     ck_assert_int_eq(loom_pool_new(3, &pool, &err), LOOM_OK);
@@ -99,12 +113,40 @@ START_TEST(prompt_kernels_within_bound_on_odd_shapes)
 }
 END_TEST
 
+/* The AMX tiles (matmul_prompt_amx.c: items of 32 rows, steps of 32
+ * columns, passes of 32 tokens in blocks of 16) on shapes at and around
+ * those sizes, through the same check: rows and columns not multiples of
+ * 16 or 32, token counts not multiples of 16, several items and passes,
+ * and a long row (the MLP's down projection width). The tolerance is the
+ * AVX512-BF16 bound above; the check also runs every lower set. */
+START_TEST(prompt_amx_within_bound_on_tile_edges)
+{
+    note_skipped();
+    loom_pool *pool = NULL;
+    loom_err err;
+    ck_assert_int_eq(loom_pool_new(3, &pool, &err), LOOM_OK);
+    uint32_t s = 11;
+    static const int64_t shape[][3] = {
+        {32, 64, 32},  {16, 32, 16},  {45, 77, 21},   {100, 1000, 33},
+        {17, 31, 47},  {64, 96, 130}, {129, 300, 70}, {48, 3584, 40},
+        {200, 40, 64}, {8, 1024, 65},
+    };
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
+        check(pool, LOOM_DTYPE_BF16, 0, shape[i][0], shape[i][1], shape[i][2],
+              &s);
+    loom_pool_free(pool);
+}
+END_TEST
+
 START_TEST(prompt_isa_follows_the_decode_isa)
 {
     loom_mm_isa d = loom_matmul_isa(), p = loom_matmul_prompt_isa();
-    /* the prompt kernels add AVX512-BF16 on top of AVX-512, nothing else */
-    ck_assert(p == d || (d == LOOM_MM_AVX512 && p == LOOM_MM_AVX512BF16));
+    /* the prompt kernels add AVX512-BF16 and AMX on top of AVX-512,
+     * nothing else */
+    ck_assert(p == d || (d == LOOM_MM_AVX512 &&
+                         (p == LOOM_MM_AVX512BF16 || p == LOOM_MM_AMX)));
     ck_assert_str_eq(loom_matmul_isa_name(LOOM_MM_AVX512BF16), "avx512bf16");
+    ck_assert_str_eq(loom_matmul_isa_name(LOOM_MM_AMX), "amx");
     /* asking for more than the CPU runs gives what the default runs at most */
     uint32_t s = 5;
     tw t;
@@ -113,8 +155,7 @@ START_TEST(prompt_isa_follows_the_decode_isa)
     for (int i = 0; i < 3 * 64; i++)
         x[i] = mm_rnd(&s);
     loom_matmul_prompt_on(NULL, p, &t.w, x, y0, 3);
-    loom_matmul_prompt_on(NULL, (loom_mm_isa)(LOOM_MM_AVX512BF16 + 1), &t.w, x,
-                          y1, 3);
+    loom_matmul_prompt_on(NULL, (loom_mm_isa)(LOOM_MM_AMX + 1), &t.w, x, y1, 3);
     ck_assert_int_eq(memcmp(y0, y1, sizeof y0), 0);
     tw_free(&t);
 }
@@ -126,6 +167,7 @@ int main(void)
     TCase *tc = tcase_create("matmul_prompt");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, prompt_kernels_within_bound_on_odd_shapes);
+    tcase_add_test(tc, prompt_amx_within_bound_on_tile_edges);
     tcase_add_test(tc, prompt_isa_follows_the_decode_isa);
     suite_add_tcase(s, tc);
     return run_suite(s);
