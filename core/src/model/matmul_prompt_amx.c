@@ -4,19 +4,21 @@
  * Layout. TDPBF16PS adds to C (16 x 16 float32) the product of A, 16 rows
  * of 32 BF16, and B, 16 rows of 16 BF16 pairs (VNNI: columns 2i and 2i+1
  * of one output column share a 32-bit lane). The weights [out][in] are A
- * as they lie in the checkpoint (16 rows, the row length as stride), so
- * they are never copied; the tokens are rounded to BF16 and packed once a
- * call as B, 16 tokens a block: [column pairs, K/2 rounded up to 16][16
- * tokens]. C is then [16 weight rows][16 tokens] and goes to y [n_tok][out]
- * through a 16 x 16 transpose.
+ * as they lie in the checkpoint (16 rows, the row length as stride), with
+ * no conversion; the tokens are rounded to BF16 and packed once a call as
+ * B, 16 tokens a block: [column pairs, K/2 rounded up to 16][16 tokens].
+ * C is then [16 weight rows][16 tokens] and goes to y [n_tok][out] through
+ * a 16 x 16 transpose.
  *
  * Blocking. Four C tiles hold 32 rows x 32 tokens; a step over 32 columns
  * loads two weight tiles and two token tiles and runs four products, so
  * each loaded tile feeds two. A pool item is 32 weight rows: their bytes
- * come from memory once, on the item's first 32 tokens, and from L2 for
- * the others (32 x K x 2 bytes: 64 KiB at K = 1024); the packed tokens
- * (n_tok x K x 2 bytes) are shared by every item and stay in L2 / L3. The
- * weights stream once per chunk; the token tiles are reused by every item.
+ * come from memory once, on the item's first 32 tokens, which also store
+ * the tiles into a per-thread copy that the item's later passes read from
+ * L2 (32 x K x 2 bytes: 64 KiB at K = 1024; item_run says why); the packed
+ * tokens (n_tok x K x 2 bytes) are shared by every item and stay in L2 /
+ * L3. The weights stream once per chunk; the token tiles are reused by
+ * every item.
  *
  * Numerics. Each output y[t, r] is one accumulator (a C tile element) over
  * the column steps in order, from zero, fed only by row r and token t: the
