@@ -16,9 +16,10 @@
  * come from memory once, on the item's first 32 tokens, which also store
  * the tiles into a per-thread copy that the item's later passes read from
  * L2 (32 x K x 2 bytes: 64 KiB at K = 1024; item_run says why); the packed
- * tokens (n_tok x K x 2 bytes) are shared by every item and stay in L2 /
- * L3. The weights stream once per chunk; the token tiles are reused by
- * every item.
+ * tokens (n_tok x K x 2 bytes) are shared by every item, a group of at most
+ * 1 MiB at a time so that it stays in L2 (GROUP_BYTES). The weights stream
+ * once per chunk (once per group in chunks of more than one); the token
+ * tiles are reused by every item.
  *
  * Numerics. Each output y[t, r] is one accumulator (a C tile element) over
  * the column steps in order, from zero, fed only by row r and token t: the
@@ -196,7 +197,8 @@ AMX static void store_out(const struct ajob *j, int64_t r0, int nr, int64_t t0,
     }
 }
 
-/* One item: rows [r0, r0 + nr), nr <= BR, against every token. Tiles 0-3
+/* One item: rows [r0, r0 + nr), nr <= BR, against the tokens of blocks
+ * [g0, g1) (one group), a pass per two blocks. Tiles 0-3
  * are C (row half i, token half h at 2i + h), 4-5 the weight halves, 6-7
  * the token halves; with 16 rows or fewer only the first half runs. The
  * first pass reads the weight tiles in place (or through pad) and stores
@@ -261,9 +263,10 @@ AMX static void item_run(const struct ajob *j, int64_t r0, int nr, int64_t g0,
     }
 }
 
-/* Items [i0, i1) of BR rows. The tile configuration is per thread state:
- * each worker loads it and releases the tiles when done. Without memory
- * for the copy of an item's weight tiles every pass reads them in place. */
+/* Items [i0, i1) of BR rows, group by group. The tile configuration is per
+ * thread state: each worker loads it and releases the tiles when done.
+ * Without memory for the copy of an item's weight tiles every pass reads
+ * them in place. */
 AMX static void LOOM_ABI tiles_task(void *ctx, int64_t i0, int64_t i1)
 {
     struct ajob *j = ctx;
