@@ -155,7 +155,7 @@ static int bench_one(loom_engine *e, int32_t S, int32_t n_prompt, int32_t n_gen,
            "\"weight_bytes\": %llu, \"implied_gbps\": %.3f, "
            "\"of_4_8_tb_s\": %.3f, \"ttft_avg_s\": %.4f, "
            "\"device\": \"%s\", \"threads\": %d, \"matmul\": \"%s\", "
-           "\"pin\": \"%s\"}\n",
+           "\"matmul_prompt\": \"%s\", \"pin\": \"%s\"}\n",
            S, n_prompt, n_gen, prefill, decode, decode / S, t_prefill, t_decode,
            (unsigned long long)ls.rounds, ls.forward_s,
            (unsigned long long)wbytes, (double)wbytes * rounds_s * 1e-9,
@@ -163,6 +163,7 @@ static int bench_one(loom_engine *e, int32_t S, int32_t n_prompt, int32_t n_gen,
            (double)wbytes * rounds_s / 4.8e12, ls.ttft_avg_s,
            e->info.device == LOOM_DEVICE_CUDA ? "cuda" : "cpu",
            loom_pool_size(e->pool), loom_matmul_isa_name(loom_matmul_isa()),
+           loom_matmul_isa_name(loom_matmul_prompt_default()),
            e->pin == LOOM_ENGINE_PIN_FAMILY_COPY
                ? "family copy"
                : loom_pin_name((loom_pin_kind)e->pin));

@@ -12,6 +12,7 @@
 #include <loom/round_plan.h>
 #include <loom/safetensors.h>
 #include <loom/sample.h>
+#include <loom/weights.h>
 
 #include "testutil.h"
 
@@ -433,10 +434,18 @@ void tm_check_device_view_refused(loom_engine *e, const loom_row *row)
 /* 40 rows of one stream in one round (at least LOOM_PROMPT_MIN_ROWS and
  * no speculative row: the linear layers take host->matmul_prompt) against
  * the same tokens fed one row a round (host->matmul, the decode kernels):
- * the last row's logits within 1e-4 of the largest logit, and the same
- * argmax. Each product of the two kernels is within 2 g s of the other's
- * (core/src/model/matmul_prompt.c: g = 2K 2^-24, about 1e-5 here), and the
- * fixture's few layers keep that well under 1e-4. */
+ * the last row's logits within `tol` of the largest logit, and the same
+ * argmax. On the float32 prompt sets each product of the two kernels is
+ * within 2 g s of the other's (core/src/model/matmul_prompt.c: g = 2K
+ * 2^-24, about 1e-5 here), and the fixture's few layers keep that well
+ * under tol = 1e-4. Where the host's prompt set rounds x to BF16 (AMX, or
+ * AVX512-BF16 through LOOM_PROMPT_ISA; the fixtures' weights are BF16)
+ * each product is off by up to 2^-8 s more, and layer on layer (the
+ * random fixtures' gates and recurrences amplify it) that came to 4.2e-3
+ * (nemotron-h-moe-tiny), 2.0e-2 (qwen35-tiny, -vl-tiny), 5.1e-2
+ * (qwen35-moe-tiny) and 9.5e-2 (qwen35-ref2) of the largest logit, within
+ * a tenth of that on both sets (AVX512-BF16 gives 9.0e-2 on qwen35-ref2):
+ * tol = 0.2, and the argmax still equal. */
 void tm_check_prompt_chunk(const char *model, const char *plugin)
 {
     enum { N = 40 };
@@ -474,7 +483,9 @@ void tm_check_prompt_chunk(const char *model, const char *plugin)
             "%s: prompt chunk vs one-row steps: %.3g of the largest "
             "logit\n",
             model, dmax / lmax);
-    ck_assert_msg(dmax <= 1e-4 * lmax,
+    double tol =
+        loom_matmul_prompt_default() >= LOOM_MM_AVX512BF16 ? 0.2 : 1e-4;
+    ck_assert_msg(dmax <= tol * lmax,
                   "%s: prompt chunk differs by %g (max "
                   "logit %g)",
                   model, dmax, lmax);

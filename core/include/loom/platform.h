@@ -98,6 +98,13 @@ int loom_cond_timedwait(loom_cond *c, loom_mutex *m, uint32_t ms);
 void loom_cond_signal(loom_cond *c);
 void loom_cond_broadcast(loom_cond *c);
 int loom_cpu_count(void);
+/* Asks the OS for this process's permission to use AMX tile data (Linux:
+ * arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA), which it must give
+ * before any thread runs a tile instruction; the grant is process-wide and
+ * asking again is harmless. LOOM_ERR_UNSUPPORTED, naming the cause, where
+ * the OS has no such request or refuses it (the CPUID check is the
+ * caller's). */
+loom_status loom_cpu_amx_enable(loom_err *err);
 
 /* The local time now written by strftime FORMAT into buf; 0, or -1 when
  * it does not fit. */

@@ -23,7 +23,11 @@ typedef enum loom_mm_isa {
     LOOM_MM_AVX2 = 1,   /* AVX2 + FMA + F16C */
     LOOM_MM_AVX512 = 2, /* AVX-512 F/BW/VL on top */
     /* AVX512-BF16 on top: prompt chunks only (loom_matmul_prompt) */
-    LOOM_MM_AVX512BF16 = 3
+    LOOM_MM_AVX512BF16 = 3,
+    /* AMX-BF16 tiles on top, where the OS grants tile data: prompt chunks
+     * with plain BF16 weights only (matmul_prompt_amx.c); other weights
+     * take the AVX-512F path */
+    LOOM_MM_AMX = 4
 } loom_mm_isa;
 
 /* The best set this CPU runs; loom_matmul uses it. */
@@ -35,16 +39,20 @@ void loom_matmul_on(loom_pool *pool, loom_mm_isa isa, const loom_weight *w,
 
 /* Prompt chunks (host->matmul_prompt): the same product as loom_matmul as a
  * blocked matrix-matrix kernel (core/src/model/matmul_prompt.c). Each
- * output is one chain of sums over the columns in order, whatever n_tok,
- * the pool or the tile it falls in, so a row's result does not depend on
- * what shares the call; it differs from loom_matmul's within the bound
- * stated there (BF16 weights on AVX512-BF16 round x to BF16). */
+ * output is one chain of sums over the columns, whatever n_tok, the pool
+ * or the tile it falls in, so a row's result does not depend on what
+ * shares the call; it differs from loom_matmul's within the bound stated
+ * there (BF16 weights on AVX512-BF16 and AMX round x to BF16). */
 void loom_matmul_prompt(loom_pool *pool, const loom_weight *w, const float *x,
                         float *y, int64_t n_tok);
-/* The best set the prompt kernel runs here (up to LOOM_MM_AVX512BF16). */
+/* The best set the prompt kernel runs here (up to LOOM_MM_AMX: the first
+ * call asks the OS for AMX tile data, loom_cpu_amx_enable). */
 loom_mm_isa loom_matmul_prompt_isa(void);
-/* The set loom_matmul_prompt uses: loom_matmul_prompt_isa, AVX-512F
- * where that is AVX512-BF16 (matmul_prompt.c says why). */
+/* The set loom_matmul_prompt and the host table use: loom_matmul_prompt_isa,
+ * AVX-512F where that is AVX512-BF16 (matmul_prompt.c says why). The
+ * environment variable LOOM_PROMPT_ISA (a loom_matmul_isa_name: generic,
+ * avx2, avx512, avx512bf16, amx) picks another set, for comparing them in
+ * `loom bench`; a set above loom_matmul_prompt_isa runs as that. */
 loom_mm_isa loom_matmul_prompt_default(void);
 /* loom_matmul_prompt on set `isa`, or on the best the CPU runs if lower. */
 void loom_matmul_prompt_on(loom_pool *pool, loom_mm_isa isa,

@@ -610,6 +610,8 @@ loom_mm_isa loom_matmul_isa(void)
 const char *loom_matmul_isa_name(loom_mm_isa isa)
 {
     switch (isa) {
+    case LOOM_MM_AMX:
+        return "amx";
     case LOOM_MM_AVX512BF16:
         return "avx512bf16";
     case LOOM_MM_AVX512:

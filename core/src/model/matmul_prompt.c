@@ -1,6 +1,7 @@
 /* y = W x for prompt chunks on the CPU (host->matmul_prompt): a blocked,
  * register-tiled matrix-matrix product, AVX512-BF16, AVX-512F, AVX2+FMA or
- * portable C, chosen at run time by CPUID.
+ * portable C, chosen at run time by CPUID; plain BF16 weights on AMX tiles
+ * where the CPU and the OS allow them (matmul_prompt_amx.c).
  *
  * The tokens are packed once per call, sixteen (eight on AVX2) to a vector
  * lane block, column-major inside a block; a tile of R weight rows x NT
@@ -18,13 +19,18 @@
  * g = 2K u / (1 - 2K u), u = 2^-24 (K columns; at most 2K roundings):
  *   float32 paths (the weights converted exactly, fused multiply-adds or
  *     a plain loop): |err| <= g s;
- *   AVX512-BF16 on BF16 weights (x rounded to BF16, relative 2^-8; the
- *     products exact): |err| <= (2^-8 (1 + g) + g) s.
+ *   AVX512-BF16 and AMX on BF16 weights (x rounded to BF16, relative
+ *     2^-8; the products exact): |err| <= (2^-8 (1 + g) + g) s.
  * loom_matmul (the decode kernels) is within g s too, so the two differ by
  * at most 2 g s on the float32 paths.
  * Denormal inputs and results are flushed by VDPBF16PS. */
 #include <loom/weights.h>
 
+#include "matmul_prompt_amx.h"
+
+#include <loom/platform.h>
+
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -464,12 +470,27 @@ static void LOOM_ABI tiles_task(void *ctx, int64_t i0, int64_t i1)
     free(c);
 }
 
+/* AMX once per process: CPUID, XCR0 and the OS's grant of tile data
+ * (0 not asked yet, 1 granted, -1 not); asking twice at once is harmless. */
+static atomic_int amx_state;
+
+static int amx_ready(void)
+{
+    int st = atomic_load(&amx_state);
+    if (st == 0) {
+        loom_err err;
+        st = loom__matmul_amx_enable(&err) == LOOM_OK ? 1 : -1;
+        atomic_store(&amx_state, st);
+    }
+    return st > 0;
+}
+
 loom_mm_isa loom_matmul_prompt_isa(void)
 {
     loom_mm_isa isa = loom_matmul_isa();
 #ifdef PROMPT_X86
     if (isa == LOOM_MM_AVX512 && have_bf16())
-        return LOOM_MM_AVX512BF16;
+        return amx_ready() ? LOOM_MM_AMX : LOOM_MM_AVX512BF16;
 #endif
     return isa;
 }
@@ -494,7 +515,15 @@ void loom__matmul_prompt_run(loom_pool *pool, loom_mm_isa isa,
     }
     struct pjob j = {w, x, y, n_tok, w->cols, w->rows, K_GENERIC, 1, 0, NULL};
     int plain_bf16 = w->bits == 0 && w->dtype == LOOM_DTYPE_BF16;
-    if (isa == LOOM_MM_AVX512BF16 && plain_bf16)
+    if (isa == LOOM_MM_AMX && plain_bf16) {
+        loom_err err;
+        if (loom__matmul_prompt_amx(pool, w, x, y, n_tok, &err) == LOOM_OK)
+            return;
+        /* no memory for the packed tokens: the dot-product kernel, which
+         * rounds x the same way (it asks for less) */
+        isa = LOOM_MM_AVX512BF16;
+    }
+    if (isa >= LOOM_MM_AVX512BF16 && plain_bf16)
         j.kind = K_DP;
     else if (isa >= LOOM_MM_AVX512)
         j.kind = K_AVX512;
@@ -527,14 +556,20 @@ void loom__matmul_prompt_run(loom_pool *pool, loom_mm_isa isa,
     free(j.xp);
 }
 
-/* The default stops at AVX-512F: on the Xeon (Emerald Rapids) this was
+/* The default skips AVX512-BF16: on the Xeon (Emerald Rapids) this was
  * measured on, VDPBF16PS retires one every two cycles against two FMAs a
  * cycle, so its 32 products an instruction run at half the FMA rate (86 vs
  * 175 GFLOP/s of one core in a register-only loop; 55-68 vs 103-109 GFLOP/s
- * for this file's kernels on [3584 x 1024] x 128 tokens). */
+ * for this file's kernels on [3584 x 1024] x 128 tokens). AMX, where the
+ * OS grants it, is the default (matmul_prompt_amx.c). LOOM_PROMPT_ISA
+ * names another set for A/B runs of the same build. */
 loom_mm_isa loom_matmul_prompt_default(void)
 {
     loom_mm_isa isa = loom_matmul_prompt_isa();
+    const char *want = loom_getenv("LOOM_PROMPT_ISA");
+    for (int i = 0; want && i <= (int)LOOM_MM_AMX; i++)
+        if (!strcmp(want, loom_matmul_isa_name((loom_mm_isa)i)))
+            return (loom_mm_isa)i < isa ? (loom_mm_isa)i : isa;
     return isa == LOOM_MM_AVX512BF16 ? LOOM_MM_AVX512 : isa;
 }
 

@@ -22,6 +22,9 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 #include <time.h>
 #include <unistd.h>
 
@@ -491,6 +494,28 @@ int loom_cpu_count(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+}
+
+/* Linux 5.16+ keeps AMX tile data (XSAVE feature 18, 8 KiB a thread) off
+ * until a process asks: a tile instruction before that faults (SIGILL). The
+ * constants are the kernel's uapi values, spelled here because older libc
+ * headers lack them. */
+#define LOOM_ARCH_REQ_XCOMP_PERM 0x1023
+#define LOOM_XFEATURE_XTILEDATA  18
+
+loom_status loom_cpu_amx_enable(loom_err *err)
+{
+#if defined(__linux__) && defined(__x86_64__) && defined(SYS_arch_prctl)
+    if (syscall(SYS_arch_prctl, LOOM_ARCH_REQ_XCOMP_PERM,
+                LOOM_XFEATURE_XTILEDATA) == 0)
+        return LOOM_OK;
+    return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                        "arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA): %s",
+                        strerror(errno));
+#else
+    return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                        "AMX tile data: no permission request on this OS");
+#endif
 }
 
 /* ---------------------------------------------------------------- append */

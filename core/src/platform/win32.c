@@ -647,6 +647,14 @@ int loom_cpu_count(void)
     return si.dwNumberOfProcessors > 0 ? (int)si.dwNumberOfProcessors : 1;
 }
 
+/* Not built or tested with AMX tiles on Windows yet: refused, so the
+ * prompt kernels keep to AVX-512 there. */
+loom_status loom_cpu_amx_enable(loom_err *err)
+{
+    return loom_err_set(err, LOOM_ERR_UNSUPPORTED,
+                        "AMX tile data: not enabled on Windows");
+}
+
 /* ---------------------------------------------------------------- append */
 
 struct loom_file {
