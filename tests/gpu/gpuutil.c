@@ -1,4 +1,5 @@
 /* The GPU-suite helpers declared in gpuutil.h. */
+#define _POSIX_C_SOURCE 200809L /* setenv: test-only */
 #include "gpuutil.h"
 
 #include <stdio.h>
@@ -13,6 +14,10 @@ int gpu_probe(loom_cuda_facts *facts)
         printf("skipped: %s\n", err.msg);
         return 0;
     }
+    /* the CPU path is the GPU's reference: its prompt chunks on float32
+     * sums (AVX-512F where the CPU has it), not the AMX / AVX512-BF16
+     * tiles that round x to BF16 as the GPU's own prompt path does */
+    setenv("LOOM_PROMPT_ISA", "avx512", 1);
     return 1;
 }
 

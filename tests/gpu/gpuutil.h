@@ -20,8 +20,9 @@
 /* The exit code ctest reads as "skipped" (SKIP_RETURN_CODE). */
 #define GPU_SKIP 77
 
-/* Probes the driver and a device: 1 with its facts in *facts, else 0 after
- * printing "skipped: " and the cause. */
+/* Probes the driver and a device: 1 with its facts in *facts (and the CPU
+ * path, the suites' reference, set to its float32 prompt products), else 0
+ * after printing "skipped: " and the cause. */
 int gpu_probe(loom_cuda_facts *facts);
 
 /* Runs s in this process: the probe initialised the driver here, and a
