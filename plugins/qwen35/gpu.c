@@ -81,7 +81,7 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     struct {
         loom_cu_function *f;
         char name[32];
-    } t[104];
+    } t[108];
     int n = 0;
     q35_gpu_fns *F = &g->fn;
     for (int i = 0; i < 3; i++) {
@@ -133,6 +133,10 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
             t[n].f = &F->q4s[u][k];
             snprintf(t[n++].name, 32, "q35_q4s%d%s", 1 << k, u ? "_glu" : "");
         }
+    for (int k = 0; k < 4; k++) {
+        t[n].f = &F->q4s_conv[k];
+        snprintf(t[n++].name, 32, "q35_q4s%d_conv", 1 << k);
+    }
     for (int u = 0; u < 2; u++) {
         t[n].f = &F->q4m[u];
         snprintf(t[n++].name, 32, "q35_q4m%s", u ? "_glu" : "");
@@ -936,6 +940,10 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
         for (int k = 0; k < 4 && g->q4s; k++)
             g->q4s =
                 cu->funcSetAttribute(g->fn.q4s[u][k], 8, Q35_GEMVS_SMEM) == 0;
+    g->q4s_conv = g->q4s;
+    for (int k = 0; k < 4 && g->q4s_conv; k++)
+        g->q4s_conv =
+            cu->funcSetAttribute(g->fn.q4s_conv[k], 8, Q35_GEMVS_SMEM) == 0;
     /* ... and the tensor-core one */
     g->q4m = g->gemvs &&
              LOOM_HAS_FIELD(cu->struct_size, loom_cuda, tensorMapEncodeTiled) &&

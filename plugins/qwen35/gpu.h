@@ -69,6 +69,8 @@ typedef struct q35_gpu_fns {
     /* ... one row through shared memory (gemv_q4_stream.cu): [SwiGLU][wpr
      * 1, 2, 4, 8] */
     loom_cu_function q4s[2][4];
+    loom_cu_function
+        q4s_conv[4]; /* ... with the GDN conv (q35_conv_epilogue) */
     /* ... on tensor cores, any number of rows (gemv_q4_mma.cu): [SwiGLU] */
     loom_cu_function q4m[2];
     loom_cu_function rmsnorm, conv, conv_restore;
@@ -184,6 +186,7 @@ typedef struct q35_gpu {
     const q35_conv_epi *conv_epi;
     int conv_done;
     int gemvs_conv; /* the epilogue kernels are there */
+    int q4s_conv;   /* ... and q35_q4s's */
     /* per-round host tables (the rows by stream are m->plan's) */
     int32_t *dev_of; /* [max_rows] round row -> device row */
     int32_t *maps;   /* the output maps, grown with the taps */

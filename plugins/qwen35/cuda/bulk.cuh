@@ -112,7 +112,10 @@ __device__ __forceinline__ void q35_consumers_sync()
 // (q35_swz32) each 32-column chunk's 16-byte pieces rotated by the chunk's
 // index, so that lanes reading a chunk each hit other banks.
 struct q35_flat {
-    __device__ int operator()(int c) const { return c; }
+    __device__ int operator()(int c) const
+    {
+        return c;
+    }
 };
 struct q35_swz32 {
     __device__ int operator()(int c) const
@@ -134,10 +137,10 @@ __device__ __forceinline__ void q35_stage_row(const float *xr, float *xs,
 {
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int n4 = cols / 4;
-    float ss = q35_ss4(reinterpret_cast<const float4 *>(xr), n4,
-                       [&](int f, float4 v) {
-                           *reinterpret_cast<float4 *>(xs + at(4 * f)) = v;
-                       });
+    float ss =
+        q35_ss4(reinterpret_cast<const float4 *>(xr), n4, [&](int f, float4 v) {
+            *reinterpret_cast<float4 *>(xs + at(4 * f)) = v;
+        });
     if (nw) {
         ss = q35_warp_sum(ss);
         if (lane == 0)
@@ -157,8 +160,8 @@ __device__ __forceinline__ void q35_stage_row(const float *xr, float *xs,
 #pragma unroll
             for (int u = 0; u < 4; u++)
                 if (f0 + u * 256 < n4) {
-                    float4 *p = reinterpret_cast<float4 *>(
-                        xs + at(4 * (f0 + u * 256)));
+                    float4 *p =
+                        reinterpret_cast<float4 *>(xs + at(4 * (f0 + u * 256)));
                     float4 v = *p;
                     v.x = __fmul_rn(__fmul_rn(v.x, r), g[u].x);
                     v.y = __fmul_rn(__fmul_rn(v.y, r), g[u].y);
@@ -175,16 +178,13 @@ __device__ __forceinline__ void q35_stage_row(const float *xr, float *xs,
 // sums over its lanes (the fixed butterfly) into red[row][part] (rows
 // row0, row0 + G, ...), then thread j < live adds row j's WPR parts in
 // part order and stores yo[j] = s, yo[j] += s (mode 1), or silu(s) s2
-// (GLU, s2 from stage row RPW + j), then (mode 0) post(j, s). The
-// accumulators restart at 0.
-struct q35_no_post {
-    __device__ void operator()(int, float) const {}
-};
-template <int M, int G, int WPR, int RPW, bool GLU, typename Post = q35_no_post>
-__device__ __forceinline__ void q35_ring_rows(float *acc, float (*red)[WPR],
+// (GLU, s2 from stage row RPW + j). The accumulators restart at 0. It
+// returns whether this thread stored a row with mode 0, that row's s in
+// *out (for an epilogue of the caller's).
+template <int M, int G, int WPR, int RPW, bool GLU>
+__device__ __forceinline__ bool q35_ring_rows(float *acc, float (*red)[WPR],
                                               int row0, int part, int live,
-                                              float *yo, int mode,
-                                              Post post = Post())
+                                              float *yo, int mode, float *out)
 {
     int tid = threadIdx.x, lane = tid & 31;
 #pragma unroll
@@ -196,7 +196,7 @@ __device__ __forceinline__ void q35_ring_rows(float *acc, float (*red)[WPR],
     }
     q35_consumers_sync();
     if (tid >= live)
-        return;
+        return false;
     float v = red[tid][0];
     for (int q = 1; q < WPR; q++)
         v = __fadd_rn(v, red[tid][q]);
@@ -205,12 +205,15 @@ __device__ __forceinline__ void q35_ring_rows(float *acc, float (*red)[WPR],
         for (int q = 1; q < WPR; q++)
             v2 = __fadd_rn(v2, red[RPW + tid][q]);
         yo[tid] = __fmul_rn(q35_silu(v), v2);
-    } else if (mode == 1) {
-        yo[tid] = __fadd_rn(yo[tid], v);
-    } else {
-        yo[tid] = v;
-        post(tid, v);
+        return false;
     }
+    if (mode == 1) {
+        yo[tid] = __fadd_rn(yo[tid], v);
+        return false;
+    }
+    yo[tid] = v;
+    *out = v;
+    return true;
 }
 
 #endif

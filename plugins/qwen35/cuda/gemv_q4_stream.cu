@@ -12,6 +12,7 @@
 #include "affine4.cuh"
 #include "bulk.cuh"
 #include "common.cuh"
+#include "conv.cuh"
 
 #define Q35_Q4S_NBOX (Q35_Q4S_ROWS / Q35_Q4S_BOX)
 
@@ -50,11 +51,14 @@ q35_q4s_issue(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
 // row's activations (each 32-column chunk rotated, q35_swz32) and the
 // chunks' sums. Chunk k is part k % WPR's: consumer warp w takes it when w
 // % WPR is that part, for the stage rows w / WPR, w / WPR + 8 / WPR, ...
-template <bool GLU, int NS, int WPR>
+// CONV (a one-row step's merged GDN input product, mode 0): thread j of a
+// group also runs the conv of its row (q35_conv_epilogue).
+template <bool GLU, int NS, int WPR, bool CONV = false>
 __device__ __forceinline__ void
 q35_q4s_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
-             const q35_tmap *pm2, const float *x, float *y, int rows,
-             int cols, int gsz, int mode, const float *nw, float eps, int ns)
+             const q35_tmap *pm2, const float *x, float *y, int rows, int cols,
+             int gsz, int mode, const float *nw, float eps, int ns,
+             q35_conv_epi cv = q35_conv_epi())
 {
     constexpr int S = Q35_Q4S_ROWS;
     constexpr int RPW = GLU ? S / 2 : S;
@@ -71,8 +75,8 @@ q35_q4s_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
     // whole boxes per block: 8-row units split evenly
     int64_t units = (rows + Q35_Q4S_BOX - 1) / Q35_Q4S_BOX;
     int64_t ra = units * blockIdx.x / gridDim.x * Q35_Q4S_BOX;
-    int64_t rb = min((int64_t)rows,
-                     units * (blockIdx.x + 1) / gridDim.x * Q35_Q4S_BOX);
+    int64_t rb =
+        min((int64_t)rows, units * (blockIdx.x + 1) / gridDim.x * Q35_Q4S_BOX);
     int nch = (cols + 1023) / 1024;
     int ng = (int)((rb - ra + RPW - 1) / RPW);
     int nu = ng * nch;
@@ -81,12 +85,12 @@ q35_q4s_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
     if (warp == 8) {
         // weights only: no wait for the kernel before
         if (lane == 0) {
-            asm volatile("prefetch.tensormap [%0];" ::"l"(
-                             reinterpret_cast<uint64_t>(qm))
-                         : "memory");
-            asm volatile("prefetch.tensormap [%0];" ::"l"(
-                             reinterpret_cast<uint64_t>(pm))
-                         : "memory");
+            asm volatile(
+                "prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(qm))
+                : "memory");
+            asm volatile(
+                "prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(pm))
+                : "memory");
             for (int i = 0; i < nu; i++) {
                 int st = i % ns;
                 if (i >= ns)
@@ -98,14 +102,18 @@ q35_q4s_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
         return;
     }
     q35_pdl_wait();
+    q35_conv_epilogue ce;
+    float ct[Q35_MAX_TAIL], cw[Q35_MAX_TAIL + 1];
+    if (CONV && tid < RPW)
+        ce.open(cv, rb, ra + tid, RPW, ct, cw);
     q35_stage_row(x, xs, cols, nw, eps, bred, q35_swz32());
     // each chunk's sum in column order, as q35_q4_xsum8 takes it
     for (int L = tid; L < cols / 32; L += 256) {
         float v = 0.0f;
 #pragma unroll
         for (int f = 0; f < 8; f++) {
-            float4 a = *reinterpret_cast<const float4 *>(
-                xs + L * 32 + ((f ^ (L & 7)) << 2));
+            float4 a = *reinterpret_cast<const float4 *>(xs + L * 32 +
+                                                         ((f ^ (L & 7)) << 2));
             v = f == 0 ? a.x : __fadd_rn(v, a.x);
             v = __fadd_rn(__fadd_rn(__fadd_rn(v, a.y), a.z), a.w);
         }
@@ -141,20 +149,26 @@ q35_q4s_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
                 int j = row0 + m * G;
                 if ((j < RPW ? j : j - RPW) >= live)
                     continue;
-                uint4 u = *reinterpret_cast<const uint4 *>(sg + j * 512 +
-                                                           lane * 16);
-                float2 pr =
-                    *reinterpret_cast<const float2 *>(sp + j * pc * 8);
+                uint4 u =
+                    *reinterpret_cast<const uint4 *>(sg + j * 512 + lane * 16);
+                float2 pr = *reinterpret_cast<const float2 *>(sp + j * pc * 8);
                 acc[m] = q35_q4_chunk(u, pr, xv, sxv, acc[m]);
             }
         }
         __syncwarp();
         if (lane == 0)
             q35_bar_arrive(&empty[st]);
-        if (k == nch - 1)
+        // the group's last chunk: each row's parts in order, then (CONV)
+        // the row's conv
+        float yv;
+        if (k == nch - 1 &&
             q35_ring_rows<M, G, WPR, RPW, GLU>(acc, red[g & 1], row0, part,
-                                               live, y + r0, mode);
+                                               live, y + r0, mode, &yv) &&
+            CONV)
+            ce.run(r0 + threadIdx.x, yv, ct, cw);
     }
+    if (CONV && tid == 0)
+        ce.prefetch_state();
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -184,3 +198,22 @@ Q35_Q4S(q35_q4s1_glu, true, 1)
 Q35_Q4S(q35_q4s2_glu, true, 2)
 Q35_Q4S(q35_q4s4_glu, true, 4)
 Q35_Q4S(q35_q4s8_glu, true, 8)
+
+#define Q35_Q4S_CONV(name, WPR)                                                \
+    extern "C" __global__ void __launch_bounds__(288)                          \
+        name(const __grid_constant__ q35_tmap qm,                              \
+             const __grid_constant__ q35_tmap pm,                              \
+             const __grid_constant__ q35_tmap qm2,                             \
+             const __grid_constant__ q35_tmap pm2, const float *x, float *y,   \
+             int rows, int cols, int gsz, int mode, const float *nw,           \
+             float eps, int ns, q35_conv_epi cv)                               \
+    {                                                                          \
+        Q35_Q4S_SM90(q35_q4s_body<false, Q35_Q4S_NS, WPR, true>(               \
+            &qm, &pm, &qm2, &pm2, x, y, rows, cols, gsz, mode, nw, eps, ns,    \
+            cv));                                                              \
+    }
+
+Q35_Q4S_CONV(q35_q4s1_conv, 1)
+Q35_Q4S_CONV(q35_q4s2_conv, 2)
+Q35_Q4S_CONV(q35_q4s4_conv, 4)
+Q35_Q4S_CONV(q35_q4s8_conv, 8)

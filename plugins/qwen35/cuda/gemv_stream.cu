@@ -47,9 +47,7 @@ q35_slab_issue(const W *w, const W *w2, int64_t ra, int64_t rb, int cols,
 // q35_gemv_body applies it (q35_stage_row, q35_norm_rs).
 //
 // CONV (a one-row step's merged GDN input product, mode 0): thread j of a
-// group also runs the conv of its row r < cv.cd as q35_conv does (the
-// snapshot, the log, the step, the tail), its tail and taps loaded a group
-// ahead, so no load waits at the group's end.
+// group also runs the conv of its row (q35_conv_epilogue).
 template <typename W, int RPW, bool GLU, int NS, int WPR, bool CONV = false>
 __device__ __forceinline__ void
 q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
@@ -94,25 +92,10 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
         return;
     }
     q35_pdl_wait();
-    // CONV: this thread's row of the next group, its tail and taps
-    int kt = cv.K - 1, cend = (int)min(rb, (int64_t)cv.cd);
+    q35_conv_epilogue ce;
     float ct[Q35_MAX_TAIL], cw[Q35_MAX_TAIL + 1];
-    float *tail = nullptr;
-    q35_gpu_stream cst;
-    auto conv_load = [&](int64_t r) {
-        if (r >= cend)
-            return;
-        q35_tail_get(ct, tail, kt, cv.cd, r);
-#pragma unroll
-        for (int j = 0; j <= Q35_MAX_TAIL; j++)
-            cw[j] = j <= kt ? reinterpret_cast<const float *>(cv.w)[r * cv.K + j]
-                            : 0.0f;
-    };
-    if (CONV && threadIdx.x < RPW) {
-        cst = reinterpret_cast<const q35_gpu_stream *>(cv.streams)[0];
-        tail = q35_conv_tail(cst.conv, cv.slot, kt, cv.cd);
-        conv_load(ra + threadIdx.x);
-    }
+    if (CONV && threadIdx.x < RPW)
+        ce.open(cv, rb, ra + threadIdx.x, RPW, ct, cw);
     q35_stage_row(x + (int64_t)t * ldx, xs, cols, nw, eps, bred, q35_flat());
     int part = warp % WPR, row0 = warp / WPR;
     float acc[M];
@@ -152,44 +135,18 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
         if (lane == 0)
             q35_bar_arrive(&empty[st]);
         // the group's last slab: each row's parts in order
-        if (s == nsl - 1 && CONV) {
-            // thread j: row r0 + j, one of a one-row step's (q35_conv)
-            auto conv = [&](int j, float xv) {
-                int64_t r = r0 + j;
-                if (r >= cend)
-                    return;
-                int row = cst.first;
-                reinterpret_cast<float *>(cv.out)[(int64_t)row * cv.cd + r] =
-                    q35_conv_row(cw, ct, kt, xv, cst,
-                                 reinterpret_cast<const q35_gpu_row *>(cv.rows),
-                                 row, 0, cv.slot, cv.cd, r, cv.n_lin,
-                                 cv.log_size, cv.log_conv);
-                q35_tail_put(ct, tail, kt, cv.cd, r);
-                conv_load(r + RPW);
-            };
+        // the group's last chunk: each row's parts in order, then (CONV)
+        // the row's conv
+        float yv;
+        if (s == nsl - 1 &&
             q35_ring_rows<M, G, WPR, RPW, GLU>(acc, red[g & 1], row0, part,
                                                live, y + (int64_t)t * ldy + r0,
-                                               mode, conv);
-        } else if (s == nsl - 1) {
-            q35_ring_rows<M, G, WPR, RPW, GLU>(acc, red[g & 1], row0, part,
-                                               live, y + (int64_t)t * ldy + r0,
-                                               mode);
-        }
+                                               mode, &yv) &&
+            CONV)
+            ce.run(r0 + threadIdx.x, yv, ct, cw);
     }
-    // CONV: this block's share of the layer's state on its way to L2
-    if (CONV && threadIdx.x == 0 && cv.state_bytes % 16 == 0) {
-        int64_t n16 = cv.state_bytes / 16;
-        int64_t a = n16 * blockIdx.x / gridDim.x;
-        int64_t b = n16 * (blockIdx.x + 1) / gridDim.x;
-        const char *base = reinterpret_cast<const char *>(cst.state) +
-                           (int64_t)cv.slot * cv.state_bytes;
-        if (b > a)
-            asm volatile(
-                "cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base +
-                                                                   a * 16),
-                "r"((uint32_t)((b - a) * 16))
-                : "memory");
-    }
+    if (CONV && threadIdx.x == 0)
+        ce.prefetch_state();
 }
 
 // Bulk copies and transaction barriers are sm_90's; the host launches these
@@ -222,10 +179,10 @@ Q35_GEMVS_ALL(uint16_t, bf16)
 Q35_GEMVS_ALL(__half, f16)
 
 #define Q35_GEMVS_CONV(name, W, WPR)                                           \
-    extern "C" __global__ void __launch_bounds__(288) name(                    \
-        const W *w, const W *w2, const float *x, int ldx, float *y, int ldy,   \
-        int rows, int cols, int mode, const float *nw, float eps, int ns,      \
-        q35_conv_epi cv)                                                       \
+    extern "C" __global__ void __launch_bounds__(288)                          \
+        name(const W *w, const W *w2, const float *x, int ldx, float *y,       \
+             int ldy, int rows, int cols, int mode, const float *nw,           \
+             float eps, int ns, q35_conv_epi cv)                               \
     {                                                                          \
         Q35_GEMVS_SM90(                                                        \
             q35_gemvs_body<W, Q35_GEMVS_RPW, false, Q35_GEMVS_NS, WPR, true>(  \
