@@ -153,8 +153,9 @@ static bool run(int kind, const Shape &s, const uint32_t *q, const float *p,
                  pm = map_of(p, rows, cols, gsz, true);
         q35_tmap qm2 = q2 ? map_of(q2, rows, cols, gsz, false) : qm,
                  pm2 = p2 ? map_of(p2, rows, cols, gsz, true) : pm;
-        void *a[] = {&qm,   &pm,  &qm2,  &pm2, &x,   &y, &rows,
-                     &cols, &gsz, &mode, &nw,  &eps, &ns};
+        q35_conv_epi cv = {};
+        void *a[] = {&qm,   &pm,  &qm2,  &pm2, &x,   &y,  &rows,
+                     &cols, &gsz, &mode, &nw,  &eps, &ns, &cv};
         bench_launch(q4s_fn[s.glu][k], dim3(nb), dim3(288),
                      q35_q4s_smem(cols, gsz, ns), a, st);
         return true;

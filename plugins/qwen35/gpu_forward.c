@@ -7,7 +7,6 @@
 #include "gpu.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 void q35_gpu_graphs_free(q35_gpu *g)
 {
@@ -199,6 +198,7 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
                 nb = boxes;
             void *qm2 = (void *)(w2 ? w2->map : w->map);
             void *pm2 = (void *)(w2 ? w2->pmap : w->pmap);
+            q35_conv_epi cv = {0};
             void *args[] = {(void *)w->map,
                             (void *)w->pmap,
                             qm2,
@@ -211,10 +211,10 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
                             &mode,
                             &nw,
                             &eps,
-                            &ns};
+                            &ns,
+                            &cv};
             loom_cu_function f = R->g->fn.q4s[glu][k];
             /* the conv in the epilogue, as q35_gemvs takes it */
-            q35_conv_epi cv = {0};
             const q35_conv_epi *ce = R->g->conv_epi;
             if (ce && !glu && mode == 0 && R->g->q4s_conv &&
                 (boxes + nb - 1) / nb * Q35_Q4S_BOX <= Q35_CONV_EPI_ROWS) {
@@ -222,11 +222,8 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
                 f = R->g->fn.q4s_conv[k];
                 R->g->conv_done = 1;
             }
-            void *cargs[14];
-            memcpy(cargs, args, sizeof args);
-            cargs[13] = &cv;
             return q35_gpu_launch(R->g, f, (unsigned)nb, 1, 288,
-                                  (unsigned)q35_q4s_smem(cols, gsz, ns), cargs,
+                                  (unsigned)q35_q4s_smem(cols, gsz, ns), args,
                                   "q35_q4s", R->err);
         }
         int many = T > 1, nt = many ? 8 : 1, rpw = glu ? 2 : 4;

@@ -65,6 +65,15 @@ __device__ __forceinline__ void q35_bulk_load(void *dst, const void *src,
                  : "memory");
 }
 
+// A tensor map (a kernel's __grid_constant__ parameter) into the cache
+// before its first copy.
+__device__ __forceinline__ void q35_tmap_prefetch(const q35_tmap *map)
+{
+    asm volatile(
+        "prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map))
+        : "memory");
+}
+
 // A box of a 2-D tensor map at columns c, rows r into dst (128-aligned,
 // 1024 for the 128-byte swizzle), counted on bar.
 __device__ __forceinline__ void q35_tma2d(void *dst, const q35_tmap *map, int c,

@@ -253,13 +253,9 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
         };
         // the first stages' weights (never written by a forward) before
         // the wait for the kernel before, which writes the activations
-        asm volatile(
-            "prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(wm))
-            : "memory");
+        q35_tmap_prefetch(wm);
         if (GLU)
-            asm volatile("prefetch.tensormap [%0];" ::"l"(
-                             reinterpret_cast<uint64_t>(w2m))
-                         : "memory");
+            q35_tmap_prefetch(w2m);
         int pre = min(ns, nu);
         for (int i = 0; i < pre; i++)
             weights(i);

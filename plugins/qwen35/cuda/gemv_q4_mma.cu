@@ -171,12 +171,8 @@ q35_q4m_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
         // weights only: no wait for the kernel before
         if (lane != 0)
             return;
-        asm volatile(
-            "prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(qm))
-            : "memory");
-        asm volatile(
-            "prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(pm))
-            : "memory");
+        q35_tmap_prefetch(qm);
+        q35_tmap_prefetch(pm);
         for (int i = 0; i < nu; i++) {
             int st = i % ns, g = i / nch, k = i % nch;
             int r0 = ra + g * OR;

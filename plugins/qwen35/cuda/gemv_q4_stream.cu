@@ -85,12 +85,8 @@ q35_q4s_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
     if (warp == 8) {
         // weights only: no wait for the kernel before
         if (lane == 0) {
-            asm volatile(
-                "prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(qm))
-                : "memory");
-            asm volatile(
-                "prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(pm))
-                : "memory");
+            q35_tmap_prefetch(qm);
+            q35_tmap_prefetch(pm);
             for (int i = 0; i < nu; i++) {
                 int st = i % ns;
                 if (i >= ns)
@@ -177,29 +173,9 @@ q35_q4s_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
 #define Q35_Q4S_SM90(...) __VA_ARGS__
 #endif
 
-#define Q35_Q4S(name, GLU, WPR)                                                \
-    extern "C" __global__ void __launch_bounds__(288)                          \
-        name(const __grid_constant__ q35_tmap qm,                              \
-             const __grid_constant__ q35_tmap pm,                              \
-             const __grid_constant__ q35_tmap qm2,                             \
-             const __grid_constant__ q35_tmap pm2, const float *x, float *y,   \
-             int rows, int cols, int gsz, int mode, const float *nw,           \
-             float eps, int ns)                                                \
-    {                                                                          \
-        Q35_Q4S_SM90(q35_q4s_body<GLU, Q35_Q4S_NS, WPR>(                       \
-            &qm, &pm, &qm2, &pm2, x, y, rows, cols, gsz, mode, nw, eps, ns));  \
-    }
-
-Q35_Q4S(q35_q4s1, false, 1)
-Q35_Q4S(q35_q4s2, false, 2)
-Q35_Q4S(q35_q4s4, false, 4)
-Q35_Q4S(q35_q4s8, false, 8)
-Q35_Q4S(q35_q4s1_glu, true, 1)
-Q35_Q4S(q35_q4s2_glu, true, 2)
-Q35_Q4S(q35_q4s4_glu, true, 4)
-Q35_Q4S(q35_q4s8_glu, true, 8)
-
-#define Q35_Q4S_CONV(name, WPR)                                                \
+// Every form takes the conv epilogue's arguments; those without CONV leave
+// them unread.
+#define Q35_Q4S(name, GLU, WPR, CONV)                                          \
     extern "C" __global__ void __launch_bounds__(288)                          \
         name(const __grid_constant__ q35_tmap qm,                              \
              const __grid_constant__ q35_tmap pm,                              \
@@ -208,12 +184,20 @@ Q35_Q4S(q35_q4s8_glu, true, 8)
              int rows, int cols, int gsz, int mode, const float *nw,           \
              float eps, int ns, q35_conv_epi cv)                               \
     {                                                                          \
-        Q35_Q4S_SM90(q35_q4s_body<false, Q35_Q4S_NS, WPR, true>(               \
+        Q35_Q4S_SM90(q35_q4s_body<GLU, Q35_Q4S_NS, WPR, CONV>(                 \
             &qm, &pm, &qm2, &pm2, x, y, rows, cols, gsz, mode, nw, eps, ns,    \
             cv));                                                              \
     }
 
-Q35_Q4S_CONV(q35_q4s1_conv, 1)
-Q35_Q4S_CONV(q35_q4s2_conv, 2)
-Q35_Q4S_CONV(q35_q4s4_conv, 4)
-Q35_Q4S_CONV(q35_q4s8_conv, 8)
+Q35_Q4S(q35_q4s1, false, 1, false)
+Q35_Q4S(q35_q4s2, false, 2, false)
+Q35_Q4S(q35_q4s4, false, 4, false)
+Q35_Q4S(q35_q4s8, false, 8, false)
+Q35_Q4S(q35_q4s1_glu, true, 1, false)
+Q35_Q4S(q35_q4s2_glu, true, 2, false)
+Q35_Q4S(q35_q4s4_glu, true, 4, false)
+Q35_Q4S(q35_q4s8_glu, true, 8, false)
+Q35_Q4S(q35_q4s1_conv, false, 1, true)
+Q35_Q4S(q35_q4s2_conv, false, 2, true)
+Q35_Q4S(q35_q4s4_conv, false, 4, true)
+Q35_Q4S(q35_q4s8_conv, false, 8, true)
