@@ -27,9 +27,11 @@ typedef float q35_v8 __attribute__((vector_size(32)));
 #define Q35_INLINE static inline
 #endif
 
-/* row *= decay; tmp += k_i row, one pass. */
-Q35_INLINE void q35_decay_read(float *row, float *tmp, float ki, float decay,
-                               int64_t dv)
+/* tmp += k_i (row decay), the row itself left as it is: the second pass
+ * rounds row * decay again, to the same bits, instead of this pass storing
+ * it (one pass over the state less to memory). */
+Q35_INLINE void q35_decay_read(const float *row, float *tmp, float ki,
+                               float decay, int64_t dv)
 {
     int64_t j = 0;
 #if Q35_LANES == 8
@@ -39,20 +41,18 @@ Q35_INLINE void q35_decay_read(float *row, float *tmp, float ki, float decay,
         memcpy(&t, tmp + j, sizeof t);
         r = r * decay;
         t = t + ki * r;
-        memcpy(row + j, &r, sizeof r);
         memcpy(tmp + j, &t, sizeof t);
     }
 #endif
     for (; j < dv; j++) {
         float r = row[j] * decay;
-        row[j] = r;
         tmp[j] += ki * r;
     }
 }
 
-/* row += k_i delta; o += q_i row (o NULL: no output), one pass. */
+/* row = row decay + k_i delta; o += q_i row (o NULL: no output), one pass. */
 Q35_INLINE void q35_write_out(float *row, const float *delta, float ki,
-                              float *o, float qi, int64_t dv)
+                              float decay, float *o, float qi, int64_t dv)
 {
     int64_t j = 0;
 #if Q35_LANES == 8
@@ -60,6 +60,7 @@ Q35_INLINE void q35_write_out(float *row, const float *delta, float ki,
         q35_v8 r, d;
         memcpy(&r, row + j, sizeof r);
         memcpy(&d, delta + j, sizeof d);
+        r = r * decay;
         r = r + ki * d;
         memcpy(row + j, &r, sizeof r);
         if (o) {
@@ -71,7 +72,8 @@ Q35_INLINE void q35_write_out(float *row, const float *delta, float ki,
     }
 #endif
     for (; j < dv; j++) {
-        float r = row[j] + ki * delta[j];
+        float r = row[j] * decay;
+        r = r + ki * delta[j];
         row[j] = r;
         if (o)
             o[j] += qi * r;
@@ -83,16 +85,18 @@ void q35_gdn_step(float *S, const float *q, const float *k, const float *v,
                   float decay, float beta, float *o, int64_t dk, int64_t dv,
                   float *tmp)
 {
-    /* S *= exp(g); tmp = S^T k (the state's current reading of k) */
+    /* tmp = (exp(g) S)^T k (the decayed state's reading of k) */
     memset(tmp, 0, (size_t)dv * sizeof(float));
     for (int64_t i = 0; i < dk; i++)
         q35_decay_read(S + i * dv, tmp, k[i], decay, dv);
     /* delta = (v - S^T k) * beta */
     for (int64_t j = 0; j < dv; j++)
         tmp[j] = (v[j] - tmp[j]) * beta;
-    /* S += k delta^T; o = S^T q over the rows as they are updated */
+    /* S = exp(g) S + k delta^T; o = S^T q over the rows as they are
+     * updated */
     if (q)
         memset(o, 0, (size_t)dv * sizeof(float));
     for (int64_t i = 0; i < dk; i++)
-        q35_write_out(S + i * dv, tmp, k[i], q ? o : NULL, q ? q[i] : 0.0f, dv);
+        q35_write_out(S + i * dv, tmp, k[i], decay, q ? o : NULL,
+                      q ? q[i] : 0.0f, dv);
 }
