@@ -38,7 +38,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* Not on Windows: GCC's tile intrinsics pass the stride as a long, 32 bits
+ * there, which the assembler refuses as an index register (and the tile
+ * data grant is Linux's: win32.c refuses it). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) &&        \
+    !defined(_WIN32)
 #include <cpuid.h>
 #include <immintrin.h>
 #define AMX_X86 1
