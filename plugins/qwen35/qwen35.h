@@ -102,6 +102,7 @@ typedef struct q35_weights {
     int norms_shifted; /* MLX files carry 1 + w already */
     void *resident;    /* the linear weights, copied out of the mapping */
     int64_t resident_bytes;
+    size_t resident_alloc; /* bytes from host->alloc_resident, 0: malloc */
     const loom_host *host; /* for the accounting of `resident` */
 } q35_weights;
 

@@ -332,7 +332,18 @@ static void q35_weights_resident(const loom_host *host, q35_weights *w,
         free(list);
         return;
     }
-    char *arena = malloc(total + 64);
+    /* the core's resident memory (huge pages where the OS has them: the
+     * faults of one pass to fill it, and TLB misses to stream it, drop by
+     * 512), else malloc */
+    size_t alloc = 0;
+    char *arena = NULL;
+    if (LOOM_HAS_FIELD(host->struct_size, loom_host, alloc_resident) &&
+        host->alloc_resident && host->free_resident) {
+        arena = host->alloc_resident(host, total + 64);
+        alloc = arena ? total + 64 : 0;
+    }
+    if (!arena)
+        arena = malloc(total + 64);
     if (!arena) {
         (void)host->account(host, LOOM_MEM_HOST, LOOM_MEM_WEIGHTS,
                             -(int64_t)total, NULL);
@@ -363,6 +374,7 @@ static void q35_weights_resident(const loom_host *host, q35_weights *w,
         w->lm_head = w->embed;
     w->resident = arena;
     w->resident_bytes = (int64_t)total;
+    w->resident_alloc = alloc;
     w->host = host;
     free(list);
 }
@@ -372,7 +384,10 @@ void q35_weights_free(q35_weights *w)
     if (w->resident)
         (void)w->host->account(w->host, LOOM_MEM_HOST, LOOM_MEM_WEIGHTS,
                                -w->resident_bytes, NULL);
-    free(w->resident);
+    if (w->resident_alloc)
+        w->host->free_resident(w->host, w->resident, w->resident_alloc);
+    else
+        free(w->resident);
     if (w->layers) {
         for (int i = 0; i < Q35_MAX_LAYERS && w->layers[i].kind; i++) {
             q35_layer *L = &w->layers[i];

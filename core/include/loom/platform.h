@@ -41,6 +41,12 @@ loom_pin_kind loom_map_pin(loom_map *map, loom_err *err);
 /* The copy loom_map_pin falls back on: the mapping's bytes moved into
  * anonymous memory at the same addresses (read-only, huge pages asked for). */
 loom_status loom_map_to_anon(loom_map *map, loom_err *err);
+/* n bytes of zeroed anonymous memory for weights a family keeps resident,
+ * 2 MiB-aligned with transparent huge pages asked for where the OS has
+ * them (fewer page faults to fill it, fewer TLB misses to stream it); NULL
+ * when there is none. Freed with loom_resident_free(p, n). */
+void *loom_resident_alloc(size_t n);
+void loom_resident_free(void *p, size_t n);
 /* The pin kind's name, for logs and `loom bench` ("mlock", ...). */
 static inline const char *loom_pin_name(loom_pin_kind kind)
 {

@@ -11,6 +11,7 @@
 #include <loom/checked.h>
 #include <loom/checkpoint.h>
 #include <loom/log.h>
+#include <loom/platform.h>
 #include <loom/safetensors.h>
 #include <loom/weights.h>
 
@@ -288,6 +289,18 @@ static loom_status LOOM_ABI h_account(const loom_host *h, loom_mem_kind kind,
     return LOOM_OK;
 }
 
+static void *LOOM_ABI h_alloc_resident(const loom_host *h, size_t bytes)
+{
+    (void)h;
+    return loom_resident_alloc(bytes);
+}
+
+static void LOOM_ABI h_free_resident(const loom_host *h, void *p, size_t bytes)
+{
+    (void)h;
+    loom_resident_free(p, bytes);
+}
+
 static const struct loom_cuda *LOOM_ABI h_cuda(const loom_host *h)
 {
     /* lent tables answer from the root, where the engine set it */
@@ -330,6 +343,8 @@ void loom_host_init(loom_host_state *s, loom_pool *pool)
     h->account = h_account;
     h->cuda = h_cuda;
     h->matmul_prompt = h_matmul_prompt;
+    h->alloc_resident = h_alloc_resident;
+    h->free_resident = h_free_resident;
 }
 
 void loom_host_lend(loom_host_state *out, loom_host_state *base,

@@ -261,6 +261,21 @@ loom_status loom_map_file(const char *path, loom_map *map, loom_err *err)
     return LOOM_OK;
 }
 
+/* Large pages need a privilege a process rarely holds: plain pages. */
+void *loom_resident_alloc(size_t n)
+{
+    if (n == 0)
+        return NULL;
+    return VirtualAlloc(NULL, n, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+}
+
+void loom_resident_free(void *p, size_t n)
+{
+    (void)n;
+    if (p)
+        VirtualFree(p, 0, MEM_RELEASE);
+}
+
 /* Windows locks pages with VirtualLock, within the process's working set:
  * it is grown to hold the mapping first. There is no mremap to move a copy
  * onto the mapping's addresses, so the copy fallback is refused. */

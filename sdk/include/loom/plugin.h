@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 2
-#define LOOM_ABI_MINOR 4
+#define LOOM_ABI_MINOR 5
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
@@ -452,6 +452,17 @@ typedef struct loom_host {
     void(LOOM_ABI *matmul_prompt)(const struct loom_host *host,
                                   const loom_weight *w, const float *x,
                                   float *y, int64_t n_tok);
+
+    /* Since 2.5. Zeroed memory for weights a family copies out of the
+     * checkpoint to keep them resident: the core's policy (huge pages
+     * where the OS has them), 64-byte aligned at least; NULL when there
+     * is none. Accounting stays the plugin's (account). Freed with
+     * free_resident and the same size. [optional: a plugin checks
+     * LOOM_HAS_FIELD and uses malloc when it is absent] */
+    void *(LOOM_ABI *alloc_resident)(const struct loom_host *host,
+                                     size_t bytes);
+    void(LOOM_ABI *free_resident)(const struct loom_host *host, void *p,
+                                  size_t bytes);
 } loom_host;
 
 /* ---------------------------------------------------------------- rounds */
