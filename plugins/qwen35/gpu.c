@@ -953,13 +953,11 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
     q35_gpu_mma_open(g);
     /* one stream and no windows: every decode round is a one-row step,
      * which the streaming kernels run faster (the tensor-core ones pay
-     * off once rows share a weight read: many streams, windows) */
+     * off once rows share a weight read: many streams, windows); for
+     * affine-4, q35_q4s against q35_q4m on the 9B: 366 against 273 tok/s
+     * at one stream, 395 against 535 at 8 */
     if (max_streams == 1 && no_windows)
-        g->mma = 0;
-    /* ... and the affine-4 one-row form q35_q4s beats q35_q4m there (9B:
-     * 366 against 273 tok/s), which pays from 8 streams (535 against 395) */
-    if (max_streams == 1 && no_windows)
-        g->q4m = 0;
+        g->mma = g->q4m = 0;
     g->lay = (q35_gpu_log){(int32_t)m->log.conv, (int32_t)m->log.k,
                            (int32_t)m->log.v,    (int32_t)m->log.decay,
                            (int32_t)m->log.beta, (int32_t)m->log.size};

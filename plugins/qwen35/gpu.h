@@ -69,8 +69,8 @@ typedef struct q35_gpu_fns {
     /* ... one row through shared memory (gemv_q4_stream.cu): [SwiGLU][wpr
      * 1, 2, 4, 8] */
     loom_cu_function q4s[2][4];
-    loom_cu_function
-        q4s_conv[4]; /* ... with the GDN conv (q35_conv_epilogue) */
+    /* ... with the GDN conv in the epilogue (q35_conv_epilogue) */
+    loom_cu_function q4s_conv[4];
     /* ... on tensor cores, any number of rows (gemv_q4_mma.cu): [SwiGLU] */
     loom_cu_function q4m[2];
     loom_cu_function rmsnorm, conv, conv_restore;

@@ -6,26 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The inner loops of attention and of the delta rule: one binary for every
- * x86-64, the loader picking the AVX2 clone where the CPU has it. The same
- * clone runs for every call on one machine, so results stay reproducible. */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) &&         \
-    !defined(_WIN32)
-#define LOOM_CPU_MULTIVERSION __attribute__((target_clones("avx2", "default")))
-#else
-#define LOOM_CPU_MULTIVERSION
-#endif
-
-/* ---------------------------------------------------------------- vectors */
-
-#if defined(__GNUC__) || defined(__clang__)
-/* Plain float lanes, moved with memcpy: GCC's -O2 (its very-cheap vector
- * cost model) leaves the loops below scalar. Each lane does what the scalar
- * loop does to its elements, in the same order, so the bits are the same. */
-typedef float loom_v4 __attribute__((vector_size(16)));
-typedef float loom_v8 __attribute__((vector_size(32)));
-#define LOOM_CPU_LANES 1
-#endif
+/* The inner loops of attention and of the delta rule take the lanes of
+ * cpu_lanes.h. */
+#include "cpu_lanes.h"
 
 LOOM_CPU_MULTIVERSION
 float loom_cpu_dot(const float *a, const float *b, int64_t n)

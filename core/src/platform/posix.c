@@ -136,18 +136,12 @@ void *loom_resident_alloc(size_t n)
 {
     if (n == 0)
         return NULL;
-#if defined(__linux__)
     void *p = map_like(NULL, n);
 #ifdef MADV_HUGEPAGE
     if (p)
         madvise(p, n, MADV_HUGEPAGE);
 #endif
     return p;
-#else
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-#endif
 }
 
 void loom_resident_free(void *p, size_t n)

@@ -134,8 +134,7 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
         __syncwarp();
         if (lane == 0)
             q35_bar_arrive(&empty[st]);
-        // the group's last slab: each row's parts in order
-        // the group's last chunk: each row's parts in order, then (CONV)
+        // the group's last slab: each row's parts in order, then (CONV)
         // the row's conv
         float yv;
         if (s == nsl - 1 &&
