@@ -183,6 +183,33 @@ __device__ __forceinline__ void q35_stage_row(const float *xr, float *xs,
     q35_consumers_sync();
 }
 
+// A consumer warp's rows of a stage, row(m) for m = 0 .. M - 1 of which
+// the first mv are live: a whole group, or half or a quarter of one (how
+// blocks of a few boxes end), as straight-line code, so that the rows' FMA
+// chains interleave; any other count one row at a time.
+template <int M, typename F>
+__device__ __forceinline__ void q35_rows_live(int mv, F &&row)
+{
+    if (mv >= M) {
+#pragma unroll
+        for (int m = 0; m < M; m++)
+            row(m);
+    } else if (M >= 2 && mv == M / 2) {
+#pragma unroll
+        for (int m = 0; m < M / 2; m++)
+            row(m);
+    } else if (M >= 4 && mv == M / 4) {
+#pragma unroll
+        for (int m = 0; m < M / 4; m++)
+            row(m);
+    } else {
+#pragma unroll
+        for (int m = 0; m < M; m++)
+            if (m < mv)
+                row(m);
+    }
+}
+
 // The end of a group of rows in a ring kernel: each consumer warp's M row
 // sums over its lanes (the fixed butterfly) into red[row][part] (rows
 // row0, row0 + G, ...), then thread j < live adds row j's WPR parts in

@@ -16,17 +16,16 @@
 
 #define Q35_Q4S_NBOX (Q35_Q4S_ROWS / Q35_Q4S_BOX)
 
-// Unit i of a block: row group g = i / nch (Q35_Q4S_ROWS rows, SwiGLU half
-// of w then half of w2), chunk k = i % nch; thread 0 loads its live boxes
-// of words (8 rows of 512 bytes) then of pairs into stage i % ns.
+// The unit of row group g (Q35_Q4S_ROWS rows, SwiGLU half of w then half
+// of w2) and chunk k: thread 0 loads its live boxes of words (8 rows of 512
+// bytes) then of pairs into its stage.
 template <bool GLU>
 __device__ __forceinline__ void
 q35_q4s_issue(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
-              const q35_tmap *pm2, int64_t ra, int64_t rb, int nch, int pc,
-              int i, unsigned char *stage, uint64_t *bar)
+              const q35_tmap *pm2, int64_t ra, int64_t rb, int pc, int g, int k,
+              unsigned char *stage, uint64_t *bar)
 {
     constexpr int RPW = GLU ? Q35_Q4S_ROWS / 2 : Q35_Q4S_ROWS;
-    int g = i / nch, k = i % nch;
     int r0 = (int)(ra + (int64_t)g * RPW);
     int live = (int)min((int64_t)RPW, rb - r0);
     int nb = (live + Q35_Q4S_BOX - 1) / Q35_Q4S_BOX;
@@ -87,12 +86,17 @@ q35_q4s_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
         if (lane == 0) {
             q35_tmap_prefetch(qm);
             q35_tmap_prefetch(pm);
+            int st = 0, k = 0, g = 0;
+            uint32_t ph = 1u; // the first lap's stages are free
             for (int i = 0; i < nu; i++) {
-                int st = i % ns;
                 if (i >= ns)
-                    q35_bar_wait(&empty[st], (uint32_t)(i / ns - 1) & 1u);
-                q35_q4s_issue<GLU>(qm, pm, qm2, pm2, ra, rb, nch, pc, i,
+                    q35_bar_wait(&empty[st], ph);
+                q35_q4s_issue<GLU>(qm, pm, qm2, pm2, ra, rb, pc, g, k,
                                    q35_dyn + (int64_t)st * sb, &full[st]);
+                if (++st == ns)
+                    st = 0, ph ^= 1u;
+                if (++k == nch)
+                    k = 0, g++;
             }
         }
         return;
@@ -121,34 +125,55 @@ q35_q4s_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
 #pragma unroll
     for (int m = 0; m < M; m++)
         acc[m] = 0.0f;
+    // Per lane and loop-invariant: chunk k's columns lane * 32 .. are
+    // 32-column piece L = 32 k + lane, so its rotation is lane % 8's; and
+    // its group's pair.
+    int xo[8];
+#pragma unroll
+    for (int f = 0; f < 8; f++)
+        xo[f] = lane * 32 + ((f ^ (lane & 7)) << 2);
+    int po = S * 512 + lane * 32 / gsz * 8;
+    // the unit's stage, chunk and group, counted rather than divided
+    int st = 0, k = 0, g = 0;
+    uint32_t ph = 0;
     for (int i = 0; i < nu; i++) {
-        int st = i % ns, g = i / nch, k = i % nch;
         int64_t r0 = ra + (int64_t)g * RPW;
         int live = (int)min((int64_t)RPW, rb - r0);
         int c = k * 1024 + lane * 32;
-        q35_bar_wait(&full[st], (uint32_t)(i / ns) & 1u);
+        q35_bar_wait(&full[st], ph);
         if (k % WPR == part && c < cols) {
             const unsigned char *sg = q35_dyn + (int64_t)st * sb;
-            const unsigned char *sp = sg + S * 512 + lane * 32 / gsz * 8;
-            int L = c >> 5;
+            const float *xc = xs + k * 1024;
             float xv[32];
 #pragma unroll
             for (int f = 0; f < 8; f++) {
-                float4 a = *reinterpret_cast<const float4 *>(
-                    xs + L * 32 + ((f ^ (L & 7)) << 2));
+                float4 a = *reinterpret_cast<const float4 *>(xc + xo[f]);
                 xv[4 * f] = a.x, xv[4 * f + 1] = a.y;
                 xv[4 * f + 2] = a.z, xv[4 * f + 3] = a.w;
             }
-            float sxv = sx[L];
-#pragma unroll
-            for (int m = 0; m < M; m++) {
+            float sxv = sx[(c >> 5)];
+            auto row = [&](int m) {
                 int j = row0 + m * G;
-                if ((j < RPW ? j : j - RPW) >= live)
-                    continue;
                 uint4 u =
                     *reinterpret_cast<const uint4 *>(sg + j * 512 + lane * 16);
-                float2 pr = *reinterpret_cast<const float2 *>(sp + j * pc * 8);
+                float2 pr =
+                    *reinterpret_cast<const float2 *>(sg + po + j * pc * 8);
                 acc[m] = q35_q4_chunk(u, pr, xv, sxv, acc[m]);
+            };
+            if (GLU) {
+                // a row of w and its row of w2: live rows are no prefix
+                if (live == RPW) {
+                    q35_rows_live<M>(M, row);
+                } else {
+#pragma unroll
+                    for (int m = 0; m < M; m++) {
+                        int j = row0 + m * G;
+                        if ((j < RPW ? j : j - RPW) < live)
+                            row(m);
+                    }
+                }
+            } else {
+                q35_rows_live<M>((live - row0 + G - 1) / G, row);
             }
         }
         __syncwarp();
@@ -162,6 +187,10 @@ q35_q4s_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
                                                live, y + r0, mode, &yv) &&
             CONV)
             ce.run(r0 + threadIdx.x, yv, ct, cw);
+        if (++st == ns)
+            st = 0, ph ^= 1u;
+        if (++k == nch)
+            k = 0, g++;
     }
     if (CONV && tid == 0)
         ce.prefetch_state();

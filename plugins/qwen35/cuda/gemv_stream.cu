@@ -15,14 +15,13 @@
 // A slab: 8 chunks of 256 columns of a group of rows, one stage of the ring.
 #define Q35_SLAB Q35_GEMVS_SLAB
 
-// Unit i of a block: group g = i / nsl of RPW rows (of w, then of w2 for
-// GLU), slab s = i % nsl; thread 0 loads it into stage i % NS.
+// The unit of group g of RPW rows (of w, then of w2 for GLU) and slab s:
+// thread 0 loads it into its stage.
 template <typename W, int RPW, bool GLU>
 __device__ __forceinline__ void
-q35_slab_issue(const W *w, const W *w2, int64_t ra, int64_t rb, int cols,
-               int nsl, int i, W *stage, uint64_t *bar)
+q35_slab_issue(const W *w, const W *w2, int64_t ra, int64_t rb, int cols, int g,
+               int s, W *stage, uint64_t *bar)
 {
-    int g = i / nsl, s = i % nsl;
     int64_t r0 = ra + (int64_t)g * RPW;
     int live = (int)min((int64_t)RPW, rb - r0);
     int c0 = s * Q35_SLAB;
@@ -80,15 +79,21 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
     if (warp == 8) {
         // the producer reads weights only, never a forward's writes, so it
         // does not wait for the kernel before
-        if (lane == 0)
+        if (lane == 0) {
+            int st = 0, s = 0, g = 0;
+            uint32_t ph = 1u; // the first lap's stages are free
             for (int i = 0; i < nu; i++) {
-                int st = i % ns;
                 if (i >= ns)
-                    q35_bar_wait(&empty[st], (uint32_t)(i / ns - 1) & 1u);
-                q35_slab_issue<W, RPW, GLU>(w, w2, ra, rb, cols, nsl, i,
+                    q35_bar_wait(&empty[st], ph);
+                q35_slab_issue<W, RPW, GLU>(w, w2, ra, rb, cols, g, s,
                                             ring + (int64_t)st * S * Q35_SLAB,
                                             &full[st]);
+                if (++st == ns)
+                    st = 0, ph ^= 1u;
+                if (++s == nsl)
+                    s = 0, g++;
             }
+        }
         return;
     }
     q35_pdl_wait();
@@ -102,11 +107,13 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
 #pragma unroll
     for (int m = 0; m < M; m++)
         acc[m] = 0.0f;
+    // the unit's stage, slab and group, counted rather than divided
+    int st = 0, s = 0, g = 0;
+    uint32_t ph = 0;
     for (int i = 0; i < nu; i++) {
-        int st = i % ns, g = i / nsl, s = i % nsl;
         int64_t r0 = ra + (int64_t)g * RPW;
         int live = (int)min((int64_t)RPW, rb - r0);
-        q35_bar_wait(&full[st], (uint32_t)(i / ns) & 1u);
+        q35_bar_wait(&full[st], ph);
         const W *sg = ring + (int64_t)st * S * Q35_SLAB;
 #pragma unroll
         for (int k = 0; k < K; k++) {
@@ -116,11 +123,8 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
                 float4 a = *reinterpret_cast<const float4 *>(xs + c);
                 float4 b = *reinterpret_cast<const float4 *>(xs + c + 4);
                 float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-                for (int m = 0; m < M; m++) {
+                auto row = [&](int m) {
                     int j = row0 + m * G;
-                    if ((j < RPW ? j : j - RPW) >= live)
-                        continue;
                     float wv[8];
                     q35_cvt8(*reinterpret_cast<const uint4 *>(
                                  sg + (int64_t)j * Q35_SLAB + cs),
@@ -128,6 +132,21 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
 #pragma unroll
                     for (int e = 0; e < 8; e++)
                         acc[m] = fmaf(wv[e], xv[e], acc[m]);
+                };
+                if (GLU) {
+                    // a row of w and its row of w2: live rows are no prefix
+                    if (live == RPW) {
+                        q35_rows_live<M>(M, row);
+                    } else {
+#pragma unroll
+                        for (int m = 0; m < M; m++) {
+                            int j = row0 + m * G;
+                            if ((j < RPW ? j : j - RPW) < live)
+                                row(m);
+                        }
+                    }
+                } else {
+                    q35_rows_live<M>((live - row0 + G - 1) / G, row);
                 }
             }
         }
@@ -143,6 +162,10 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
                                                mode, &yv) &&
             CONV)
             ce.run(r0 + threadIdx.x, yv, ct, cw);
+        if (++st == ns)
+            st = 0, ph ^= 1u;
+        if (++s == nsl)
+            s = 0, g++;
     }
     if (CONV && threadIdx.x == 0)
         ce.prefetch_state();
