@@ -348,8 +348,14 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
             }
         }
     };
+    // the unit's stage, column slice and group, counted rather than divided
+    int st = -1, kk = nk - 1, g = -1;
+    uint32_t ph = 0u;
     for (int i = 0; i < nu; i++) {
-        int st = i % ns, g = i / nk, kk = i % nk;
+        if (++st == ns)
+            st = 0, ph ^= 1u;
+        if (++kk == nk)
+            kk = 0, g++;
         if (kk == 0) {
 #pragma unroll
             for (int m = 0; m < MT; m++)
@@ -362,7 +368,7 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
         int c0 = ca + kk * KS;
         int steps = min(KS, cb - c0) / 16;
         uint32_t sb = q35_smem_addr(ring + (int64_t)st * sbytes);
-        q35_bar_wait(&full[st], (uint32_t)(i / ns) & 1u);
+        q35_bar_wait(&full[st], ph);
         run(sb, steps, c0);
         __syncwarp();
         if (lane == 0)

@@ -173,14 +173,20 @@ q35_q4m_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
             return;
         q35_tmap_prefetch(qm);
         q35_tmap_prefetch(pm);
+        // the unit's stage, chunk and group, counted rather than divided
+        int st = -1, k = nch - 1, g = -1;
+        uint32_t ph = 0u; // flips before the second lap's first wait
         for (int i = 0; i < nu; i++) {
-            int st = i % ns, g = i / nch, k = i % nch;
+            if (++st == ns)
+                st = 0, ph ^= 1u;
+            if (++k == nch)
+                k = 0, g++;
             int r0 = ra + g * OR;
             int nbox = min(4, (cols - k * 1024 + 255) / 256);
             int live = GLU ? 2 : (r0 + 16 < rb ? 2 : 1);
             unsigned char *sg = ring + (int64_t)st * sb;
             if (i >= ns)
-                q35_bar_wait(&empty[st], (uint32_t)(i / ns - 1) & 1u);
+                q35_bar_wait(&empty[st], ph ^ 1u);
             q35_bar_expect(&full[st],
                            (uint32_t)(live * (nbox * 2048 + 16 * pp)));
             for (int u = 0; u < live; u++) {
@@ -205,12 +211,18 @@ q35_q4m_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
     // its ldmatrix row and 16-byte piece within a tile's box
     int mi = lane >> 3, ro = (lane & 7) + 8 * (mi & 1);
     float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+    // the unit's stage, chunk and group, counted rather than divided
+    int st = -1, k = nch - 1, g = -1;
+    uint32_t ph = 0u;
     for (int i = 0; i < nu; i++) {
-        int st = i % ns, g = i / nch, k = i % nch;
+        if (++st == ns)
+            st = 0, ph ^= 1u;
+        if (++k == nch)
+            k = 0, g++;
         int r0 = ra + g * OR;
         int live = GLU ? 2 : (r0 + 16 < rb ? 2 : 1);
         int cw = k * 1024 + 128 * warp;
-        q35_bar_wait(&full[st], (uint32_t)(i / ns) & 1u);
+        q35_bar_wait(&full[st], ph);
         if (cw < cols) {
             const unsigned char *sg = ring + (int64_t)st * sb;
             uint32_t sa = q35_smem_addr(sg);
