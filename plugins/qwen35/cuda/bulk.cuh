@@ -183,12 +183,13 @@ __device__ __forceinline__ void q35_stage_row(const float *xr, float *xs,
     q35_consumers_sync();
 }
 
-// A consumer warp's rows of a stage, row(m) for m = 0 .. M - 1 of which
-// the first mv are live: a whole group, or half or a quarter of one (how
-// blocks of a few boxes end), as straight-line code, so that the rows' FMA
+// A consumer warp's rows of a stage: row(m) for its rows j = row0 + m G
+// (m < M) that are live (j < live; with GLU, rows j and j + RPW are a row
+// of w and of w2). A whole group, or half or a quarter of one (how blocks
+// of a few boxes end), runs as straight-line code, so that the rows' FMA
 // chains interleave; any other count one row at a time.
 template <int M, typename F>
-__device__ __forceinline__ void q35_rows_live(int mv, F &&row)
+__device__ __forceinline__ void q35_rows_prefix(int mv, F &&row)
 {
     if (mv >= M) {
 #pragma unroll
@@ -207,6 +208,23 @@ __device__ __forceinline__ void q35_rows_live(int mv, F &&row)
         for (int m = 0; m < M; m++)
             if (m < mv)
                 row(m);
+    }
+}
+template <int M, int G, int RPW, bool GLU, typename F>
+__device__ __forceinline__ void q35_rows_live(int row0, int live, F &&row)
+{
+    if (!GLU) {
+        q35_rows_prefix<M>((live - row0 + G - 1) / G, row);
+    } else if (live == RPW) {
+        q35_rows_prefix<M>(M, row);
+    } else {
+        // the live rows of w and of w2 are no prefix
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            int j = row0 + m * G;
+            if ((j < RPW ? j : j - RPW) < live)
+                row(m);
+        }
     }
 }
 

@@ -160,21 +160,7 @@ q35_q4s_body(const q35_tmap *qm, const q35_tmap *pm, const q35_tmap *qm2,
                     *reinterpret_cast<const float2 *>(sg + po + j * pc * 8);
                 acc[m] = q35_q4_chunk(u, pr, xv, sxv, acc[m]);
             };
-            if (GLU) {
-                // a row of w and its row of w2: live rows are no prefix
-                if (live == RPW) {
-                    q35_rows_live<M>(M, row);
-                } else {
-#pragma unroll
-                    for (int m = 0; m < M; m++) {
-                        int j = row0 + m * G;
-                        if ((j < RPW ? j : j - RPW) < live)
-                            row(m);
-                    }
-                }
-            } else {
-                q35_rows_live<M>((live - row0 + G - 1) / G, row);
-            }
+            q35_rows_live<M, G, RPW, GLU>(row0, live, row);
         }
         __syncwarp();
         if (lane == 0)

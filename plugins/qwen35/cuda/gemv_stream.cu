@@ -133,21 +133,7 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
                     for (int e = 0; e < 8; e++)
                         acc[m] = fmaf(wv[e], xv[e], acc[m]);
                 };
-                if (GLU) {
-                    // a row of w and its row of w2: live rows are no prefix
-                    if (live == RPW) {
-                        q35_rows_live<M>(M, row);
-                    } else {
-#pragma unroll
-                        for (int m = 0; m < M; m++) {
-                            int j = row0 + m * G;
-                            if ((j < RPW ? j : j - RPW) < live)
-                                row(m);
-                        }
-                    }
-                } else {
-                    q35_rows_live<M>((live - row0 + G - 1) / G, row);
-                }
+                q35_rows_live<M, G, RPW, GLU>(row0, live, row);
             }
         }
         __syncwarp();
