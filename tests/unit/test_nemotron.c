@@ -14,7 +14,9 @@
 #include <loom/checkpoint.h>
 #include <loom/cpu_ops.h>
 #include <loom/engine.h>
+#include <loom/round_plan.h>
 #include <loom/safetensors.h>
+#include <loom/weights.h>
 
 #include "testmodel.h"
 #include "testutil.h"
@@ -166,6 +168,68 @@ END_TEST
 START_TEST(prompt_chunk_kernels)
 {
     tm_check_prompt_chunk(models[_i], "nemotron");
+}
+END_TEST
+
+/* Two prompt chunks in turn, the second's chunked scan starting from the
+ * state the first left in the cache, then one row, against the same
+ * tokens one row a round: the logits of the second chunk's last row and
+ * of the row after it within tm_check_prompt_chunk's bound (its comment
+ * says why; these 69 rows came to at most 9.4e-7 of the largest logit on
+ * the float32 set), and the same argmax. */
+START_TEST(prompt_chunks_in_turn)
+{
+    const char *rel = models[_i];
+    enum { N1 = 33, N2 = 35, N = N1 + N2 + 1 };
+    ck_assert_int_ge(N1, LOOM_PROMPT_MIN_ROWS);
+    ck_assert_int_ge(N2, LOOM_PROMPT_MIN_ROWS);
+    loom_engine *e = tm_open_ok(fixture(rel), "nemotron");
+    tm_golden g;
+    tm_read_golden(rel, 0, &g);
+    size_t V = (size_t)e->info.vocab;
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = g.prompt[(i * 7) % g.n_prompt];
+    float *chunk = malloc(2 * V * sizeof(float));
+    float *step = malloc(2 * V * sizeof(float));
+    loom_cache *c = tm_new_cache(e);
+    feed_ok(e, c, 0, ids, N1, 0, NULL);
+    loom_row rows[N2];
+    for (int i = 0; i < N2; i++)
+        rows[i] = (loom_row){c, ids[N1 + i], N1 + i, -1,
+                             i == N2 - 1 ? LOOM_ROW_LOGITS : 0};
+    loom_err err;
+    ck_assert_msg(tm_forward(e, rows, N2, chunk, &err) == LOOM_OK, "%s",
+                  err.msg);
+    feed_ok(e, c, N - 1, ids + N - 1, 1, 0, chunk + V);
+    tm_cache_reset(e, &c);
+    for (int i = 0; i < N; i++)
+        feed_ok(e, c, i, ids + i, 1, 0,
+                i >= N - 2 ? step + (size_t)(i - (N - 2)) * V : NULL);
+    double tol =
+        loom_matmul_prompt_default() >= LOOM_MM_AVX512BF16 ? 0.2 : 1e-4;
+    for (int k = 0; k < 2; k++) {
+        const float *a = chunk + k * V, *b = step + k * V;
+        double dmax = 0, lmax = 0;
+        for (size_t v = 0; v < V; v++) {
+            dmax = fmax(dmax, fabs((double)a[v] - b[v]));
+            lmax = fmax(lmax, fabs((double)b[v]));
+        }
+        fprintf(stderr,
+                "%s: prompt chunks in turn, row %d: %.3g of the "
+                "largest logit\n",
+                rel, N - 2 + k, dmax / lmax);
+        ck_assert_msg(dmax <= tol * lmax,
+                      "%s: row %d differs by %g (max "
+                      "logit %g)",
+                      rel, N - 2 + k, dmax, lmax);
+        ck_assert_int_eq(loom_cpu_argmax(a, (int64_t)V),
+                         loom_cpu_argmax(b, (int64_t)V));
+    }
+    tm_cache_free(e, c);
+    free(chunk);
+    free(step);
+    loom_engine_close(e);
 }
 END_TEST
 
@@ -949,6 +1013,7 @@ static Suite *suite(void)
     tcase_add_test(t, moe_greedy);
     tcase_add_loop_test(t, chunked_prompts, 0, 2);
     tcase_add_loop_test(t, prompt_chunk_kernels, 0, 2);
+    tcase_add_loop_test(t, prompt_chunks_in_turn, 0, 2);
     tcase_add_loop_test(t, two_streams, 0, 2);
     tcase_add_loop_test(t, commit_windows, 0, 2);
     tcase_add_loop_test(t, commit_two_streams, 0, 2);
