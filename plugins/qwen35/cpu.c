@@ -4,7 +4,8 @@
  * once through host->matmul (a prompt chunk's rows: host->matmul_prompt,
  * loom_cpu_matmul_rows); what is sequential in a stream (the conv tail,
  * the delta-rule recurrence) runs per stream, in parallel across streams and
- * value heads; attention runs in parallel across (row, head). */
+ * value heads (a prompt chunk's recurrence in its chunkwise form,
+ * q35_gdn_chunk); attention runs in parallel across (row, head). */
 #include "qwen35.h"
 
 #include <stdlib.h>
@@ -27,6 +28,7 @@ void q35_scratch_free(q35_scratch *s)
     free(s->decay);
     free(s->beta);
     free(s->prompt);
+    free(s->chunk_work);
     q35_moe_scratch_free(&s->moe);
     memset(s, 0, sizeof *s);
 }
@@ -70,9 +72,15 @@ static loom_status q35_scratch_reserve(loom_model *m, int64_t rows,
     n.decay = malloc(r * (size_t)g->lin_v_heads * f);
     n.beta = malloc(r * (size_t)g->lin_v_heads * f);
     n.prompt = malloc(r);
+    n.n_slots = m->host->n_threads(m->host);
+    if (n.n_slots < 1)
+        n.n_slots = 1;
+    n.chunk_work =
+        malloc((size_t)n.n_slots *
+               (size_t)q35_gdn_chunk_floats(g->lin_dk, g->lin_dv) * f);
     if (!n.h || !n.xn || !n.proj || !n.big0 || !n.big1 || !n.big2 ||
         !n.conv_out || !n.o || !n.z || !n.b || !n.a || !n.decay || !n.beta ||
-        !n.prompt) {
+        !n.prompt || !n.chunk_work) {
         q35_scratch_free(&n);
         return loom_err_set(err, LOOM_ERR_NOMEM,
                             "qwen35: no memory for %lld rows of activations",
@@ -321,8 +329,55 @@ static void LOOM_ABI q35_gdn_gate_task(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-/* Per (stream, value head), rows in order: the delta rule, then the gated
- * RMSNorm of that head's output. */
+/* Per work slot: the (prompt chunk whose rows are consecutive, value head)
+ * pairs dealt round-robin over the n_slots slots (a slot's work buffer
+ * serves one pair at a time), each through q35_gdn_chunk, then the gated
+ * RMSNorm of each of its rows. */
+static void LOOM_ABI q35_gdn_chunk_task(void *ctx, int64_t begin, int64_t end)
+{
+    const q35_gdn_job *j = ctx;
+    loom_model *m = j->m;
+    const q35_geometry *g = &m->g;
+    q35_scratch *s = &m->s;
+    int64_t cd = q35_conv_dim(g), kd = q35_key_dim(g), vd = q35_value_dim(g);
+    int64_t Hv = g->lin_v_heads, dk = g->lin_dk, dv = g->lin_dv;
+    int64_t group = Hv / g->lin_k_heads, sf = Hv * dk * dv;
+    for (int64_t slot = begin; slot < end; slot++) {
+        float *work = s->chunk_work + slot * q35_gdn_chunk_floats(dk, dv);
+        int64_t pair = 0;
+        for (int32_t si = 0; si < m->plan.n_streams; si++) {
+            const loom_plan_stream *st = &m->plan.streams[si];
+            int64_t t0 = loom_cpu_chunk_first(&m->plan, st);
+            for (int64_t h = 0; t0 >= 0 && h < Hv; h++, pair++) {
+                if (pair % s->n_slots != slot)
+                    continue;
+                int64_t kh = h / group;
+                const float *y = s->conv_out + t0 * cd;
+                float *S = st->cache->state + (size_t)j->slot * (size_t)sf +
+                           (size_t)(h * dk * dv);
+                float *o = s->o + t0 * vd + h * dv;
+                q35_gdn_rows rows = {.n = st->count,
+                                     .q = y + kh * dk,
+                                     .k = y + kd + kh * dk,
+                                     .v = y + 2 * kd + h * dv,
+                                     .ld_qkv = cd,
+                                     .decay = s->decay + t0 * Hv + h,
+                                     .beta = s->beta + t0 * Hv + h,
+                                     .ld_db = Hv,
+                                     .o = o,
+                                     .ld_o = vd};
+                q35_gdn_chunk(S, &rows, dk, dv, work);
+                for (int32_t k = 0; k < st->count; k++)
+                    loom_cpu_rmsnorm_gated(o + k * vd, o + k * vd,
+                                           s->z + (t0 + k) * vd + h * dv,
+                                           j->L->gnorm, dv, (float)g->eps);
+            }
+        }
+    }
+}
+
+/* Per (stream, value head) of the streams q35_gdn_chunk_task leaves, rows
+ * in order: the delta rule, then the gated RMSNorm of that head's output. */
 static void LOOM_ABI q35_gdn_rec_task(void *ctx, int64_t begin, int64_t end)
 {
     const q35_gdn_job *j = ctx;
@@ -338,6 +393,8 @@ static void LOOM_ABI q35_gdn_rec_task(void *ctx, int64_t begin, int64_t end)
         const loom_plan_stream *st = &m->plan.streams[i / Hv];
         loom_cache *c = st->cache;
         int64_t h = i % Hv, kh = h / group;
+        if (loom_cpu_chunk_first(&m->plan, st) >= 0)
+            continue; /* q35_gdn_chunk_task's */
         size_t off = (size_t)(h * dk * dv);
         float *S = c->state + (size_t)j->slot * (size_t)sf + off;
         for (int32_t k = 0; k < st->count; k++) {
@@ -405,6 +462,12 @@ static void q35_gdn(loom_model *m, const loom_round *round, const q35_layer *L,
     host->parallel_for(host, (int64_t)n_streams * q35_conv_blocks(&m->g),
                        q35_gdn_conv_task, &job);
     host->parallel_for(host, n_streams, q35_gdn_gate_task, &job);
+    /* prompt chunks in the chunkwise form, the rest row by row */
+    int chunks = 0;
+    for (int32_t i = 0; i < n_streams; i++)
+        chunks += loom_cpu_chunk_first(&m->plan, &m->plan.streams[i]) >= 0;
+    if (chunks > 0)
+        host->parallel_for(host, s->n_slots, q35_gdn_chunk_task, &job);
     host->parallel_for(host, (int64_t)n_streams * m->g.lin_v_heads,
                        q35_gdn_rec_task, &job);
     loom_cpu_matmul_rows(host, &L->out_proj, s->o, s->proj, T, s->prompt);

@@ -1,6 +1,7 @@
 /* The gated delta rule for one value head and one token: the only place the
- * recurrent state is updated, so the forward and the commit replay (cache.c)
- * change it with the very same operations. */
+ * recurrent state of windows and one-row steps is updated, so the forward
+ * and the commit replay (cache.c) change it with the very same operations
+ * (prompt chunks take the chunkwise form, gdn_chunk.c). */
 #include "qwen35.h"
 
 /* One binary for every x86-64, the AVX2 clone where the CPU has it (as

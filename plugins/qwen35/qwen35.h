@@ -161,6 +161,8 @@ typedef struct q35_scratch {
     float *z, *b, *a;          /* [R, value_dim], [R, Hv], [R, Hv] */
     float *decay, *beta;       /* [R, Hv] */
     uint8_t *prompt;           /* [R] rows of prompt chunks (cpu_ops.h) */
+    int32_t n_slots;           /* host->n_threads: q35_gdn_chunk's slots */
+    float *chunk_work;         /* [n_slots] q35_gdn_chunk work buffers */
     q35_moe_scratch moe;
     int64_t big;
 } q35_scratch;
@@ -210,12 +212,41 @@ float *q35_cache_log(const loom_model *m, loom_cache *c, int32_t i, int l);
 float *q35_cache_snap_conv(const loom_model *m, loom_cache *c, int l);
 float *q35_cache_snap_state(const loom_model *m, loom_cache *c, int l);
 
-/* One delta-rule step of value head state S [dk, dv]:
+/* One delta-rule step (gdn.c) of value head state S [dk, dv]:
  * S *= decay; d = (v - S^T k) * beta; S += k d^T; o = S^T q (when q).
  * tmp: dv floats. */
 void q35_gdn_step(float *S, const float *q, const float *k, const float *v,
                   float decay, float beta, float *o, int64_t dk, int64_t dv,
                   float *tmp);
+
+/* n consecutive rows of one value head for q35_gdn_chunk: row t's q, k and
+ * v (q, k l2-normalised, q scaled by dk^-0.5) at q + t * ld_qkv, ..., its
+ * decay exp(g) and beta at decay + t * ld_db, ..., its output at
+ * o + t * ld_o. */
+typedef struct q35_gdn_rows {
+    int64_t n;
+    const float *q, *k, *v;
+    int64_t ld_qkv;
+    const float *decay, *beta;
+    int64_t ld_db;
+    float *o;
+    int64_t ld_o;
+} q35_gdn_rows;
+
+/* Rows a block of q35_gdn_chunk (gdn_chunk.c) advances the state by: 32
+ * rather than the GPU's 64, as on 128 x 128 heads the terms among a block's
+ * rows (C^2 per head and block) cost more than fewer blocks save (2-core
+ * AVX-512, 512-row prefill of the 0.8B shapes: 0.216-0.225 s in the
+ * recurrences and their norms at 32, 0.231-0.242 s at 64). */
+#define Q35_GDN_CHUNK 32
+/* Floats of the work buffer q35_gdn_chunk takes for dk, dv. */
+int64_t q35_gdn_chunk_floats(int64_t dk, int64_t dv);
+/* The delta rule over x's rows from state S [dk, dv], in blocks of
+ * Q35_GDN_CHUNK rows (the chunkwise form: for prompt chunks, within
+ * rounding of q35_gdn_step row by row): each row's output o = S^T q, S
+ * advanced past the last row. work: q35_gdn_chunk_floats(dk, dv) floats. */
+void q35_gdn_chunk(float *S, const q35_gdn_rows *x, int64_t dk, int64_t dv,
+                   float *work);
 
 /* the MoE block (moe.c) */
 /* Binds layer lp's router, experts (either layout) and shared expert. */
