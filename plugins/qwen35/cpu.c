@@ -329,6 +329,14 @@ static void LOOM_ABI q35_gdn_gate_task(void *ctx, int64_t begin, int64_t end)
     }
 }
 
+/* Where a stream's recurrence takes q35_gdn_chunk: a prompt chunk whose rows
+ * are consecutive, its first row's index; else -1 (row steps). */
+static int64_t q35_gdn_chunk_first(const loom_model *m,
+                                   const loom_plan_stream *st)
+{
+    return q35_gdn_chunk_fast() ? loom_cpu_chunk_first(&m->plan, st) : -1;
+}
+
 /* Per work slot: the (prompt chunk whose rows are consecutive, value head)
  * pairs dealt round-robin over the n_slots slots (a slot's work buffer
  * serves one pair at a time), each through q35_gdn_chunk, then the gated
@@ -347,7 +355,7 @@ static void LOOM_ABI q35_gdn_chunk_task(void *ctx, int64_t begin, int64_t end)
         int64_t pair = 0;
         for (int32_t si = 0; si < m->plan.n_streams; si++) {
             const loom_plan_stream *st = &m->plan.streams[si];
-            int64_t t0 = loom_cpu_chunk_first(&m->plan, st);
+            int64_t t0 = q35_gdn_chunk_first(m, st);
             for (int64_t h = 0; t0 >= 0 && h < Hv; h++, pair++) {
                 if (pair % s->n_slots != slot)
                     continue;
@@ -393,7 +401,7 @@ static void LOOM_ABI q35_gdn_rec_task(void *ctx, int64_t begin, int64_t end)
         const loom_plan_stream *st = &m->plan.streams[i / Hv];
         loom_cache *c = st->cache;
         int64_t h = i % Hv, kh = h / group;
-        if (loom_cpu_chunk_first(&m->plan, st) >= 0)
+        if (q35_gdn_chunk_first(m, st) >= 0)
             continue; /* q35_gdn_chunk_task's */
         size_t off = (size_t)(h * dk * dv);
         float *S = c->state + (size_t)j->slot * (size_t)sf + off;

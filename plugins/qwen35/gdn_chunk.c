@@ -98,6 +98,15 @@ static void q35_mm(float *out, int64_t ldo, float keep, const float *a,
     q35_mm4(out, ldo, keep, a, lda, b, ldb, rows, inner, cols);
 }
 
+int q35_gdn_chunk_fast(void)
+{
+#ifdef Q35_CHUNK_X86
+    return __builtin_cpu_supports("avx2");
+#else
+    return 0;
+#endif
+}
+
 int64_t q35_gdn_chunk_floats(int64_t dk, int64_t dv)
 {
     int64_t C = Q35_GDN_CHUNK;

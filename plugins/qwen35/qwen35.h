@@ -239,6 +239,10 @@ typedef struct q35_gdn_rows {
  * AVX-512, 512-row prefill of the 0.8B shapes: 0.216-0.225 s in the
  * recurrences and their norms at 32, 0.231-0.242 s at 64). */
 #define Q35_GDN_CHUNK 32
+/* Whether q35_gdn_chunk has its wide (AVX2, AVX-512) products here: on four
+ * lanes it is slower than row steps (3.8-4.7 against 1.9-2.6 us a row for
+ * a 128 x 128 head, one thread of the development machine). */
+int q35_gdn_chunk_fast(void);
 /* Floats of the work buffer q35_gdn_chunk takes for dk, dv. */
 int64_t q35_gdn_chunk_floats(int64_t dk, int64_t dv);
 /* The delta rule over x's rows from state S [dk, dv], in blocks of
