@@ -455,6 +455,9 @@ static const struct {
      NULL, LOOM_OK, "[9223372036854775806] [5, -9223372036854775802]"},
     {"{{ 'a' * 10000000000 }}", NULL, LOOM_ERR_RANGE, "size limit"},
     {"{{ 'ab' * -3 }}|{{ 'ab' * 2 }}", NULL, LOOM_OK, "|abab"},
+    /* found by fuzz_chat_template: an empty str must not loop k times */
+    {"{{ '' * 10000000000 }}|{{ ('' * 9223372036854775807) | length }}", NULL,
+     LOOM_OK, "|0"},
     {"{{ [1] | tojson(indent=1000000000) }}", NULL, LOOM_ERR_RANGE,
      "indent over 1000"},
     {"{{ [1] | tojson(indent=2) }}", NULL, LOOM_OK, "[\n  1\n]"},

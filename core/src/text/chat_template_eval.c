@@ -265,7 +265,8 @@ static loom_status binop(ctx *c, const ct_node *n, json_t *a, json_t *b,
         if (k > 0 && len && (uint64_t)k > CT_MAX_STR / len)
             return too_big(c, n);
         ct_buf s = {0};
-        for (json_int_t i = 0; i < k && !s.oom; i++)
+        /* '' * k is '' at once, however large k is */
+        for (json_int_t i = 0; len && i < k && !s.oom; i++)
             loom__ct_sb_add(&s, json_string_value(a), len);
         return take(c, n, &s, out);
     }
