@@ -148,6 +148,16 @@ Q35_CHUNK_INLINE void q35_mul(float *y, const float *x, int64_t n)
         y[c] *= x[c];
 }
 
+/* A decay product below 2^-60 is taken as 0: a term it scales is then
+ * under 2^-36 of an ulp of the terms beside it (q and k are unit vectors),
+ * and left as it was it soon turns subnormal, in itself and in the
+ * products it scales, which cost an Intel core a microcode assist each
+ * (1 in 16 of K^T's scaled entries on a random-weight checkpoint). */
+Q35_CHUNK_INLINE float q35_decayed(float e)
+{
+    return e < 0x1p-60f ? 0.0f : e;
+}
+
 /* Rows of a block solved (and output) as one product: a tile of rows of
  * the widest q35_mm. */
 #define Q35_SUB 8
@@ -181,9 +191,9 @@ static void q35_gdn_block(float *S, const q35_gdn_rows *x, int64_t r0,
         float di = x->decay[(r0 + i) * x->ld_db];
         beta[i] = x->beta[(r0 + i) * x->ld_db];
         for (int64_t j = 0; j < i; j++)
-            E[j] *= di;
+            E[j] = q35_decayed(E[j] * di);
         E[i] = 1.0f;
-        p *= di;
+        p = q35_decayed(p * di);
         eg[i] = p; /* e^(G_i) */
         for (int64_t j = 0; j < i; j++)
             A[i * C + j] *= -beta[i] * E[j];
