@@ -879,6 +879,9 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
      * block */
     g->gdn_rec4 = cu->cc_major >= 9 && G->lin_dv <= 32 * Q35_GDN_CTAS &&
                   G->lin_dk <= 256 && cu->launchKernelEx != NULL;
+    /* q35_gdn_rec4s copies a block's 32 columns (q35_gdn_off) in and out
+     * whole, in full parts of 32 rows */
+    g->gdn_rec4s = g->gdn_rec4 && G->lin_dk % 32 == 0;
     g->gdn_threads =
         (unsigned)((G->lin_dk + 31) / 32 * ((G->lin_dv + 31) / 32 * 32));
     /* the chunkwise delta rule: its two kernels' tiles in shared memory,

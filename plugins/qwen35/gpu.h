@@ -157,10 +157,11 @@ typedef struct q35_gpu {
     /* the chunk attention's tensor-core form (or 0) and its shared memory */
     loom_cu_function attn_mma;
     unsigned attn_mma_smem;
-    int gemvs;    /* one-row products take the gemvs kernels */
-    int q4s;      /* ... and the affine-4 ones q35_q4s, with tensor maps */
-    int q4m;      /* affine-4 products of any rows take q35_q4m */
-    int gdn_rec4; /* the recurrence takes q35_gdn_rec4 */
+    int gemvs;     /* one-row products take the gemvs kernels */
+    int q4s;       /* ... and the affine-4 ones q35_q4s, with tensor maps */
+    int q4m;       /* affine-4 products of any rows take q35_q4m */
+    int gdn_rec4;  /* the recurrence takes q35_gdn_rec4 */
+    int gdn_rec4s; /* and may take q35_gdn_rec4s (its state a bulk copy) */
     /* decode products of BF16 weights take the mma kernels: their ring
      * stages by [ring][tile] (ring 0 one block per SM, 1 two) and the
      * clusters the device holds at once by [ring][SwiGLU][tile][cluster of

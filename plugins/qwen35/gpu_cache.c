@@ -20,7 +20,7 @@ static int64_t q35_tail_n(const loom_model *m)
 
 static int64_t q35_state_n(const loom_model *m)
 {
-    return m->g.lin_v_heads * m->g.lin_dk * m->g.lin_dv;
+    return m->g.lin_v_heads * q35_gdn_head((int)m->g.lin_dk, (int)m->g.lin_dv);
 }
 
 static int64_t q35_kv_width(const loom_model *m)

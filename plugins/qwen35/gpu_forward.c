@@ -581,9 +581,9 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
              * shared memory, 8 blocks an SM (the same bits either way) */
             int wave = (int64_t)gx * R->ns <= 2 * (int64_t)g->cu->sm_count;
             f = g->fn.gdn_rec4;
-            if (R->T <= R->ns && !wave) {
+            if (R->T <= R->ns && !wave && g->gdn_rec4s) {
                 f = g->fn.gdn_rec4s;
-                sm = (unsigned)(32 * q35_gdn_sst_ld(dk) * sizeof(float));
+                sm = (unsigned)q35_gdn_sst_bytes(dk);
             }
         }
         loom_status st = q35_gpu_launch(g, f, gx, (unsigned)R->ns, bx, sm, a,

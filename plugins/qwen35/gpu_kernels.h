@@ -339,7 +339,7 @@ typedef struct q35_gpu_stream {
     /* the model's K/V pool, float [page][n_attn][2][Q35_KV_PAGE][n_kv*hd] */
     uint64_t kv;
     uint64_t conv;       /* float [n_lin][(K-1) * conv_dim], oldest first */
-    uint64_t state;      /* float [n_lin][Hv][dk][dv] */
+    uint64_t state;      /* float [n_lin][Hv][q35_gdn_head] */
     uint64_t snap_conv;  /* copies of conv and state at a window's start */
     uint64_t snap_state; /* */
     uint64_t log;        /* float [log_cap][n_lin][log_size] */
@@ -355,12 +355,26 @@ typedef struct q35_gpu_stream {
     int32_t pad;
 } q35_gpu_stream;
 
-/* q35_gdn_rec4s's state in shared memory: a block's 32 value columns, each
- * its dk rows (in parts of 32) and one float more, so that a warp's 32
- * columns fall in 32 banks; floats from one column to the next. */
-static inline Q35_HD int q35_gdn_sst_ld(int dk)
+/* A head's state [dk, dv] on the device: its value columns in groups of
+ * 32 (the last one padded to 32), each group its dk rows of 32 floats, so
+ * that the 32 columns one block of the recurrence takes are one contiguous
+ * run (a bulk copy) and a warp's 32 columns of a row are 128 contiguous
+ * bytes. q35_gdn_head: floats a head; q35_gdn_off: where (i, j) lies. */
+static inline Q35_HD int64_t q35_gdn_head(int dk, int dv)
 {
-    return (dk + 31) / 32 * 32 + 1;
+    return (int64_t)dk * ((dv + 31) / 32 * 32);
+}
+static inline Q35_HD int64_t q35_gdn_off(int i, int j, int dk)
+{
+    return (int64_t)(j / 32) * 32 * dk + (int64_t)i * 32 + j % 32;
+}
+
+/* q35_gdn_rec4s's state in shared memory, as one bulk copy lays a block's
+ * 32 columns (q35_gdn_off) down: dk rows (a multiple of 32) of 32 floats,
+ * a warp's 32 columns in 32 banks. */
+static inline Q35_HD int q35_gdn_sst_bytes(int dk)
+{
+    return dk * 32 * (int)sizeof(float);
 }
 
 /* The GDN conv run in the epilogue of a one-row step's merged input

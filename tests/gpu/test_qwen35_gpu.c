@@ -394,6 +394,80 @@ START_TEST(rounds_do_not_mix)
 }
 END_TEST
 
+/* Many streams of one row each, more recurrence blocks than one wave at 2
+ * an SM: the recurrence keeps its state in shared memory (q35_gdn_rec4s,
+ * bulk copies in and out, the snapshot of a speculative row too), where a
+ * stream alone takes the register form (q35_gdn_rec4). Both must give the
+ * same bits: 16 streams of the KJV model (6 value heads of 64 columns, 24
+ * blocks a stream: 384 blocks against 264 on the H200's 132 SMs) fed
+ * together and each alone, through a speculative row committed or not and
+ * two plain steps. */
+#define MS_N 16
+START_TEST(many_streams_state_in_shared_memory)
+{
+    loom_engine *e = gpu_open(fixture("../../models/kjv-qwen35"),
+                              LOOM_DEVICE_CUDA, MS_N, "qwen35");
+    int32_t V = e->info.vocab;
+    loom_cache *a[MS_N], *b[MS_N];
+    int32_t len[MS_N];
+    for (int s = 0; s < MS_N; s++) {
+        int32_t ids[8];
+        len[s] = 3 + s % 4;
+        for (int32_t i = 0; i < len[s]; i++)
+            ids[i] = (s * 37 + i * 11 + 5) % V;
+        a[s] = tm_new_cache(e);
+        b[s] = tm_new_cache(e);
+        feed(e, a[s], 0, ids, len[s], len[s], 0, NULL);
+        feed(e, b[s], 0, ids, len[s], len[s], 0, NULL);
+    }
+    float *la = malloc((size_t)MS_N * V * sizeof(float));
+    float *lb = malloc((size_t)V * sizeof(float));
+    loom_err err = {{0}};
+    for (int step = 0; step < 3; step++) {
+        /* step 0 speculative: stream s keeps its row when s is odd */
+        uint32_t fl = LOOM_ROW_LOGITS | (step == 0 ? LOOM_ROW_SPECULATIVE : 0u);
+        loom_row rows[MS_N];
+        for (int s = 0; s < MS_N; s++)
+            rows[s] =
+                (loom_row){a[s], (s * 13 + step * 7 + 1) % V, len[s], -1, fl};
+        loom_round r = tm_round(rows, MS_N);
+        loom_output o = tm_output(la, MS_N, V, NULL, 0, 0);
+        ck_assert_msg(forward(e, &r, &o, &err) == LOOM_OK, "forward: %s",
+                      err.msg);
+        for (int s = 0; s < MS_N; s++) {
+            loom_row one = rows[s];
+            one.cache = b[s];
+            loom_round r1 = tm_round(&one, 1);
+            loom_output o1 = tm_output(lb, 1, V, NULL, 0, 0);
+            ck_assert_msg(forward(e, &r1, &o1, &err) == LOOM_OK, "forward: %s",
+                          err.msg);
+            ck_assert_msg(
+                memcmp(la + (size_t)s * V, lb, (size_t)V * sizeof(float)) == 0,
+                "step %d, stream %d: with %d streams differs from "
+                "alone by %g",
+                step, s, MS_N, rel_err(la + (size_t)s * V, lb, (size_t)V));
+            if (step == 0) {
+                int32_t kept = s & 1;
+                ck_assert_msg(tm_commit(e, a[s], kept, &err) == LOOM_OK, "%s",
+                              err.msg);
+                ck_assert_msg(tm_commit(e, b[s], kept, &err) == LOOM_OK, "%s",
+                              err.msg);
+                len[s] += kept;
+            } else {
+                len[s]++;
+            }
+        }
+    }
+    for (int s = 0; s < MS_N; s++) {
+        tm_cache_free(e, a[s]);
+        tm_cache_free(e, b[s]);
+    }
+    loom_engine_close(e);
+    free(la);
+    free(lb);
+}
+END_TEST
+
 /* The paged K/V pool: a stream fed one row at a time on pages taken in
  * order gives logits bit-identical to streams whose pages interleave (two
  * caches growing in the same rounds, then one reset and refed on pages the
@@ -1025,6 +1099,7 @@ int main(void)
     tcase_add_test(tc, qwen3_next_moe);
     tcase_add_test(tc, windows_and_commit);
     tcase_add_test(tc, rounds_do_not_mix);
+    tcase_add_test(tc, many_streams_state_in_shared_memory);
     tcase_add_test(tc, paged_kv_interleaved);
     tcase_add_test(tc, graphs_replay_exact);
     tcase_add_test(tc, close_releases);

@@ -243,10 +243,10 @@ extern "C" __global__ void __launch_bounds__(256)
     int kh = h / (Hv / Hk), kd = Hk * dk, vd = Hv * dv, d4 = dk / 4;
     int64_t ws = Q35_WY_STRIDE(dk, dv);
     float *S = reinterpret_cast<float *>(st.state) +
-               ((int64_t)slot * Hv + h) * dk * dv;
+               ((int64_t)slot * Hv + h) * q35_gdn_head(dk, dv);
     for (int x = tid; x < dk * 32; x += blockDim.x) {
         int e = x / 32, l = x % 32;
-        sS[x] = x0 + l < dv ? S[(int64_t)e * dv + x0 + l] : 0.0f;
+        sS[x] = x0 + l < dv ? S[q35_gdn_off(e, x0 + l, dk)] : 0.0f;
     }
     for (int r0 = 0; r0 < st.count; r0 += C) {
         int n = min(C, st.count - r0);
@@ -427,7 +427,7 @@ extern "C" __global__ void __launch_bounds__(256)
     for (int x = tid; x < dk * 32; x += blockDim.x) {
         int e = x / 32, l = x % 32;
         if (x0 + l < dv)
-            S[(int64_t)e * dv + x0 + l] = sS[x];
+            S[q35_gdn_off(e, x0 + l, dk)] = sS[x];
     }
 }
 
