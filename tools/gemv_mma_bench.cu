@@ -21,7 +21,6 @@
 #include <cstring>
 #include <vector>
 
-
 static uint16_t bf16_of(float f)
 {
     uint32_t u;
@@ -53,7 +52,6 @@ __global__ void fill(uint16_t *w, size_t n, uint32_t seed)
 static int nsm, optin;
 static int ns_of[2][Q35_MMA_TILES];
 static int clusters[2][2][Q35_MMA_TILES][2];
-
 
 static const void *mmar_fn[2] = {(const void *)q35_mma1r,
                                  (const void *)q35_mma1r_glu};
@@ -103,10 +101,11 @@ static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
         long C = clusters[r][glu][0][c];
         if (C > units)
             C = units;
-        void *a[] = {&wm, &w2m,  &xs,  &y, &ldy, &rows, &cols,
-                     &T,  &mode, &nsr, &x, &ldx, &nw,   &eps};
+        uint16_t *xo = NULL;
+        void *a[] = {&wm,   &w2m, &xs, &y,   &ldy, &rows, &cols, &T,
+                     &mode, &nsr, &x,  &ldx, &nw,  &eps,  &xo};
         bench_launch(mmar_fn[glu], dim3((unsigned)(C * S), 1), dim3(288),
-               q35_mma1r_smem(run, nsr), a, st, S);
+                     q35_mma1r_smem(run, nsr), a, st, S);
         return;
     }
     void *sa[] = {&x, &ldx, &xs, &cols, &T, &nw, &eps};
@@ -114,18 +113,19 @@ static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
     // split costs in the chain)
     if (!(getenv("NOSPLIT") && timing))
         bench_launch((const void *)q35_split,
-               dim3((cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T), dim3(256),
-               0, sa, st, 0);
+                     dim3((cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T),
+                     dim3(256), 0, sa, st, 0);
     int k = q35_mma_kind(T, r);
     int tok = q35_mma_tok(k);
     long C = clusters[r][glu][k][c];
     if (C > units)
         C = units;
     int ns = ns_of[r][k];
-    void *a[] = {&wm, &w2m,  &xs, &y, &ldy, &rows, &cols,
-                 &T,  &mode, &ns, &x, &ldx, &nw,   &eps};
+    uint16_t *xo = NULL;
+    void *a[] = {&wm,   &w2m, &xs, &y,   &ldy, &rows, &cols, &T,
+                 &mode, &ns,  &x,  &ldx, &nw,  &eps,  &xo};
     bench_launch(mma_fn[glu][k], dim3((unsigned)(C * S), (T + tok - 1) / tok),
-           dim3(288), q35_mma_smem(k, ns), a, st, S);
+                 dim3(288), q35_mma_smem(k, ns), a, st, S);
 }
 
 static const void *gs[2][4] = {
@@ -151,7 +151,7 @@ static void old(const uint16_t *w, const uint16_t *w2, const float *x, float *y,
         void *a[] = {&w,    &w2,   &x,    &ldx, &y,   &ldy,
                      &rows, &cols, &mode, &nw,  &eps, &nsg};
         bench_launch(gs[glu][k], dim3(nb, 1), dim3(288),
-               nsg * Q35_GEMVS_STAGE + cols * 4, a, st, 0);
+                     nsg * Q35_GEMVS_STAGE + cols * 4, a, st, 0);
         return;
     }
     const int *sel = nullptr;

@@ -668,13 +668,16 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
          * chunkwise delta rule's per-row records */
         g->gemm ? (R * big + 1) / 2 : 0, g->gemm ? R * big : 0,
         g->gdn_chunk ? R * Hv * (G->lin_dk + G->lin_dv + Q35_WY_C + 4) : 0,
-        /* decode rows' split activations: two BF16 halves a float */
+        /* decode rows' split activations: two BF16 halves a float, for
+         * a product and for the next */
+        g->mma ? R * (big + Q35_MMA_KC) : 0,
         g->mma ? R * (big + Q35_MMA_KC) : 0};
     loom_cu_ptr *dst[] = {
-        &s->h,    &s->xn,   &s->big0, &s->big1, &s->big2, &s->conv_out,
-        &s->o,    &s->z,    &s->b,    &s->a,    &s->prob, &s->sel,
-        &s->wsel, &s->gout, &s->proj, &s->shg,  &s->rows, &s->streams,
-        &s->part, &s->cnt,  &s->xb,   &s->gup,  &s->wy,   &s->xs};
+        &s->h,        &s->xn,   &s->big0,    &s->big1, &s->big2,
+        &s->conv_out, &s->o,    &s->z,       &s->b,    &s->a,
+        &s->prob,     &s->sel,  &s->wsel,    &s->gout, &s->proj,
+        &s->shg,      &s->rows, &s->streams, &s->part, &s->cnt,
+        &s->xb,       &s->gup,  &s->wy,      &s->xs,   &s->xs2};
     int n = (int)(sizeof sizes / sizeof *sizes);
     uint64_t total = 0;
     for (int i = 0; i < n; i++)

@@ -96,6 +96,7 @@ typedef struct q35_gpu_scratch {
     loom_cu_ptr gup;  /* its SwiGLU's second product */
     loom_cu_ptr wy;   /* its delta rule's chunk records (gdn_prompt.cu) */
     loom_cu_ptr xs;   /* decode rows' product input as BF16 hi, lo halves */
+    loom_cu_ptr xs2;  /* ... the next product's, written by a kernel before */
     loom_cu_ptr logits, taps, maps; /* grown on demand */
     uint64_t logits_bytes, taps_bytes, maps_bytes;
     /* an affine-4 weight as BF16 for a prompt chunk's product, grown on
@@ -181,6 +182,13 @@ typedef struct q35_gpu {
      * reads xb (a prompt chunk's tensor cores): the SwiGLU may then leave
      * its float rows unwritten */
     int xb_next;
+    /* what s.xs2 holds: the split halves (q35_split's layout for xs_T
+     * rows) of the float rows at xs_src, written beside them by the kernel
+     * that wrote those rows; the tensor-core product of them reads xs2 and
+     * launches no q35_split. xs_next: set by a caller when the next
+     * product may so read what the kernel it launches now writes. */
+    loom_cu_ptr xs_src, xs_pending; /* xs_src as the product now runs */
+    int xs_T, xs_next;
     /* set by a GDN layer of a one-row step around its merged input
      * product: the conv it asks of that product's epilogue (or NULL), and
      * whether the product took it */

@@ -61,6 +61,17 @@ static int q35_dt(loom_dtype t)
     return t == LOOM_DTYPE_BF16 ? 0 : t == LOOM_DTYPE_F16 ? 1 : 2;
 }
 
+/* After a launch that wrote y's halves into xo (s.xs2): what xs2 holds. */
+static loom_status q35_mma_done(q35_gpu *g, loom_cu_ptr xo, loom_cu_ptr y,
+                                int T, loom_status st)
+{
+    if (st == LOOM_OK && xo) {
+        g->xs_src = y;
+        g->xs_T = T;
+    }
+    return st;
+}
+
 /* The product on tensor cores (BF16 weights, columns a multiple of 16):
  * the rows split into BF16 halves (normed first with nw), then one launch
  * for tiles of up to 32 rows, clusters of q35_mma_splits(cols) blocks, no
@@ -70,11 +81,15 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
                                loom_cu_ptr y, int ldy, int T, int mode,
                                loom_cu_ptr nw)
 {
-    const q35_gpu *g = R->g;
+    q35_gpu *g = R->g;
     float eps = (float)R->m->g.eps;
     loom_cu_ptr xs = g->s.xs;
     int rows = w->rows, cols = w->cols;
     int glu = mode == 2;
+    /* x's halves written by the kernel before (q35_gpu.xs_src), and this
+     * SwiGLU's for the product after */
+    int pre = !nw && x == g->xs_pending && T == g->xs_T;
+    loom_cu_ptr xo = glu && g->xs_next ? g->s.xs2 : 0;
     int S = q35_mma_splits(cols), c = S - 1;
     int64_t unit = glu ? 8 : 16, units = (rows + unit - 1) / unit;
     /* two blocks per SM stream products of many rows faster; one with a
@@ -90,26 +105,33 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
         int64_t C = g->mma_clusters[r][glu][0][c];
         if (C > units)
             C = units;
-        void *args[] = {wm, w2m,   &xs, &y, &ldy, &rows, &cols,
-                        &T, &mode, &ns, &x, &ldx, &nw,   &eps};
-        return q35_gpu_launch_cluster(g, g->fn.mmar[glu], (unsigned)(C * S), 1,
-                                      288, q35_mma1r_smem(run, ns), (unsigned)S,
-                                      args, "q35_mma1r", R->err);
+        void *args[] = {wm,    w2m, &xs, &y,   &ldy, &rows, &cols, &T,
+                        &mode, &ns, &x,  &ldx, &nw,  &eps,  &xo};
+        return q35_mma_done(
+            g, xo, y, T,
+            q35_gpu_launch_cluster(g, g->fn.mmar[glu], (unsigned)(C * S), 1,
+                                   288, q35_mma1r_smem(run, ns), (unsigned)S,
+                                   args, "q35_mma1r", R->err));
     }
-    Q35_LAUNCH(split, (cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T, 256, 0,
-               &x, &ldx, &xs, &cols, &T, &nw, &eps);
+    if (pre)
+        xs = g->s.xs2;
+    else
+        Q35_LAUNCH(split, (cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T, 256,
+                   0, &x, &ldx, &xs, &cols, &T, &nw, &eps);
     int k = q35_mma_kind(T, r);
     int tok = q35_mma_tok(k);
     int64_t C = g->mma_clusters[r][glu][k][c];
     if (C > units)
         C = units;
     ns = g->mma_ns[r][k];
-    void *args[] = {wm, w2m,   &xs, &y, &ldy, &rows, &cols,
-                    &T, &mode, &ns, &x, &ldx, &nw,   &eps};
-    return q35_gpu_launch_cluster(g, g->fn.mma[glu][k], (unsigned)(C * S),
-                                  (unsigned)((T + tok - 1) / tok), 288,
-                                  q35_mma_smem(k, ns), (unsigned)S, args,
-                                  "q35_mma", R->err);
+    void *args[] = {wm,    w2m, &xs, &y,   &ldy, &rows, &cols, &T,
+                    &mode, &ns, &x,  &ldx, &nw,  &eps,  &xo};
+    return q35_mma_done(
+        g, xo, y, T,
+        q35_gpu_launch_cluster(g, g->fn.mma[glu][k], (unsigned)(C * S),
+                               (unsigned)((T + tok - 1) / tok), 288,
+                               q35_mma_smem(k, ns), (unsigned)S, args,
+                               "q35_mma", R->err));
 }
 
 /* An affine-4 product on tensor cores (q35_q4m), normed in the kernel:
@@ -402,7 +424,10 @@ static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
                            loom_cu_ptr y, int ldy, int T, int mode,
                            loom_cu_ptr sel, int sel_stride, loom_cu_ptr nw)
 {
-    const q35_gpu *g = R->g;
+    q35_gpu *g = R->g;
+    /* what xs2 holds serves this product alone */
+    g->xs_pending = g->xs_src;
+    g->xs_src = 0;
     if (!g->gemm || g->n_pc == 0 || sel || !q35_gemm_fits(w) ||
         (w2 && !q35_gemm_fits(w2)))
         return q35_lin_rows(R, w, w2, x, ldx, y, ldy, T, mode, sel, sel_stride,
@@ -467,9 +492,20 @@ static loom_status q35_gpu_attention(const q35_run *R, q35_gpu_layer *L,
     int sp = R->g->attn_splits;
     /* the rows before the prompt chunks (all of them without chunks) */
     int Ta = R->g->attn_chunk && R->g->n_pc ? R->g->pc_row0 : T;
+    /* o_proj of more than one row on tensor cores reads the outputs'
+     * halves (no prompt chunk here: their rows come from other kernels) */
+    loom_cu_ptr xo = R->g->mma && T > 1 && L->o.mapped &&
+                             (nh * hd) % Q35_MMA_KC == 0 && R->g->n_pc == 0
+                         ? s->xs2
+                         : 0;
     if (Ta > 0) {
         Q35_LAUNCH(attention, nh * sp, Ta, 128, 0, &qp, &ldq, &s->part, &s->cnt,
-                   &s->o, &s->streams, &s->rows, &slot, &nh, &nkv, &hd, &sp);
+                   &s->o, &s->streams, &s->rows, &slot, &nh, &nkv, &hd, &sp,
+                   &xo, &Ta);
+        if (xo) {
+            R->g->xs_src = s->o;
+            R->g->xs_T = Ta;
+        }
     }
     for (int32_t i = 0; i < R->g->n_pc && R->g->attn_chunk; i++) {
         int si = R->g->pc[i], n = R->g->dstreams[si].count;
@@ -566,11 +602,18 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
     }
     q35_gpu_log lay = g->lay;
     {
-        void *a[] = {&s->conv_out, &zp,         &s->o,     &ap,
-                     &bp,          &ldab,       &L->neg_a, &L->dt_bias,
-                     &L->gnorm,    &s->streams, &s->rows,  &slot,
-                     &Hk,          &Hv,         &dk,       &dv,
-                     &eps,         &ldz,        &n_lin,    &lay};
+        /* out_proj of more than one row on tensor cores reads the outputs'
+         * halves (no prompt chunk here: their rows come from other
+         * kernels) */
+        loom_cu_ptr xo = g->mma && T > 1 && L->out.mapped &&
+                                 vd % Q35_MMA_KC == 0 && g->n_pc == 0
+                             ? s->xs2
+                             : 0;
+        void *a[] = {
+            &s->conv_out, &zp,         &s->o,     &ap,         &bp,      &ldab,
+            &L->neg_a,    &L->dt_bias, &L->gnorm, &s->streams, &s->rows, &slot,
+            &Hk,          &Hv,         &dk,       &dv,         &eps,     &ldz,
+            &n_lin,       &lay,        &xo,       &T};
         unsigned gx = (unsigned)Hv, bx = g->gdn_threads, sm = 0;
         loom_cu_function f = g->fn.gdn_rec;
         if (g->gdn_rec4) {
@@ -590,6 +633,10 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
                                         "q35_gdn_rec", R->err);
         if (st != LOOM_OK)
             return st;
+        if (xo) {
+            g->xs_src = s->o;
+            g->xs_T = T;
+        }
     }
     /* prompt chunks: the chunkwise delta rule, q k (log decay) beta into
      * big0 and big2 (free once the conv has run) */
@@ -618,9 +665,13 @@ static loom_status q35_gpu_mlp(const q35_run *R, q35_gpu_layer *L)
     q35_gpu_scratch *s = &R->g->s;
     int T = R->T, H = (int)G->hidden, F = (int)G->ffn;
     R->g->xb_next = q35_gemm_fits(&L->down);
+    /* down of more than one row on tensor cores reads the SwiGLU's halves
+     * (its input is not normed) */
+    R->g->xs_next = R->g->mma && T > 1 && L->down.mapped && F % Q35_MMA_KC == 0;
     loom_status st = q35_lin(R, &L->gate, &L->up, s->h, H, s->big0, F, T, 2, 0,
                              0, L->post_norm);
     R->g->xb_next = 0;
+    R->g->xs_next = 0;
     if (st != LOOM_OK)
         return st;
     Q35_LIN(&L->down, NULL, s->big0, F, s->h, H, T, 1, 0, 0, 0);
@@ -681,6 +732,7 @@ static loom_status q35_gpu_layers(const q35_run *R, int32_t n_logits,
     const q35_geometry *G = &m->g;
     int H = (int)G->hidden;
     g->xb_src = 0;
+    g->xs_src = 0;
     if (g->embed.bits) {
         int gsz = g->embed.group;
         Q35_LAUNCH(embed_q4, R->T, 1, 256, 0, &g->embed.p, &g->embed.pairs,

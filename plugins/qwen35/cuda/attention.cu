@@ -5,6 +5,7 @@
 // with its sigmoid output gate.
 #include "bulk.cuh"
 #include "common.cuh"
+#include "mma.cuh"
 
 #include <climits>
 
@@ -113,7 +114,8 @@ __device__ __forceinline__ int q35_attn_chunk(int n_ctx, int splits)
 extern "C" __global__ void __launch_bounds__(128)
     q35_attention(const float *qg, int ldq, float *part, int *cnt, float *o,
                   const q35_gpu_stream *streams, const q35_gpu_row *rows,
-                  int slot, int nh, int nkv, int hd, int splits)
+                  int slot, int nh, int nkv, int hd, int splits, uint16_t *xo,
+                  int T)
 {
     q35_pdl_allow();
     __shared__ float sq[Q35_ATTN_ND * 32], sc[Q35_ATTN_T];
@@ -284,7 +286,11 @@ extern "C" __global__ void __launch_bounds__(128)
         float sum = 0.0f;
         for (int k = 0; k < nsp; k++)
             sum = fmaf(__ldcg(pp + (int64_t)k * (hd + 2) + 2 + i), fs[k], sum);
-        orow[i] = __fmul_rn(__fmul_rn(sum, inv_l), q35_sigmoid(gate[i]));
+        float u = __fmul_rn(__fmul_rn(sum, inv_l), q35_sigmoid(gate[i]));
+        orow[i] = u;
+        // the halves o_proj reads (xo: q35_gpu.xs_src)
+        if (xo)
+            q35_split_put(xo, T, t, h * hd + i, u);
     }
 }
 

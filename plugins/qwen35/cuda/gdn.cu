@@ -4,6 +4,7 @@
 // that commit uses. The state is float32 throughout.
 #include "bulk.cuh"
 #include "common.cuh"
+#include "mma.cuh"
 
 #include <cooperative_groups.h>
 
@@ -166,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(512)
                 const float *dt_bias, const float *gnorm,
                 const q35_gpu_stream *streams, const q35_gpu_row *rows,
                 int slot, int Hk, int Hv, int dk, int dv, float eps, int ldz,
-                int n_lin, q35_gpu_log lay)
+                int n_lin, q35_gpu_log lay, uint16_t *xo, int T)
 {
     Q35_PDL_ENTER();
     __shared__ float sqk[2][256], part[512], red[32], db[2];
@@ -214,8 +215,11 @@ extern "C" __global__ void __launch_bounds__(512)
         float r = 1.0f / sqrtf(ss / (float)dv + eps);
         if (out) {
             int64_t at = (int64_t)row * vd + h * dv + j;
-            o[at] = __fmul_rn(__fmul_rn(gnorm[j], __fmul_rn(oj, r)),
-                              q35_silu(z[(int64_t)row * ldz + h * dv + j]));
+            float u = __fmul_rn(__fmul_rn(gnorm[j], __fmul_rn(oj, r)),
+                                q35_silu(z[(int64_t)row * ldz + h * dv + j]));
+            o[at] = u;
+            if (xo)
+                q35_split_put(xo, T, row, h * dv + j, u);
         }
     }
     q35_gdn_store(s, S, dk, dv, sh);
@@ -343,11 +347,13 @@ __device__ __forceinline__ void q35_gdn_sst_out(float *dst, int dk, bool has)
 }
 
 template <bool AHEAD, bool SM>
-__device__ __forceinline__ void q35_gdn_rec4_body(
-    const float *y, const float *z, float *o, const float *a, const float *b,
-    int ldab, const float *neg_a, const float *dt_bias, const float *gnorm,
-    const q35_gpu_stream *streams, const q35_gpu_row *rows, int slot, int Hk,
-    int Hv, int dk, int dv, float eps, int ldz, int n_lin, q35_gpu_log lay)
+__device__ __forceinline__ void
+q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
+                  const float *b, int ldab, const float *neg_a,
+                  const float *dt_bias, const float *gnorm,
+                  const q35_gpu_stream *streams, const q35_gpu_row *rows,
+                  int slot, int Hk, int Hv, int dk, int dv, float eps, int ldz,
+                  int n_lin, q35_gpu_log lay, uint16_t *xo, int T)
 {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
@@ -514,8 +520,13 @@ __device__ __forceinline__ void q35_gdn_rec4_body(
                 float r = 1.0f / sqrtf(ss / (float)dv + eps);
                 if (out) {
                     int64_t at = (int64_t)(st.first + r0 + q) * vd + h * dv + j;
-                    o[at] = __fmul_rn(__fmul_rn(gv, __fmul_rn(so[q][lane], r)),
-                                      q35_silu(sz[q][lane]));
+                    float u =
+                        __fmul_rn(__fmul_rn(gv, __fmul_rn(so[q][lane], r)),
+                                  q35_silu(sz[q][lane]));
+                    o[at] = u;
+                    // the halves out_proj reads (xo: q35_gpu.xs_src)
+                    if (xo)
+                        q35_split_put(xo, T, st.first + r0 + q, h * dv + j, u);
                 }
             }
         }
@@ -548,11 +559,11 @@ __device__ __forceinline__ void q35_gdn_rec4_body(
              const float *dt_bias, const float *gnorm,                         \
              const q35_gpu_stream *streams, const q35_gpu_row *rows, int slot, \
              int Hk, int Hv, int dk, int dv, float eps, int ldz, int n_lin,    \
-             q35_gpu_log lay)                                                  \
+             q35_gpu_log lay, uint16_t *xo, int T)                             \
     {                                                                          \
         q35_gdn_rec4_body<AHEAD, SM>(y, z, o, a, b, ldab, neg_a, dt_bias,      \
                                      gnorm, streams, rows, slot, Hk, Hv, dk,   \
-                                     dv, eps, ldz, n_lin, lay);                \
+                                     dv, eps, ldz, n_lin, lay, xo, T);         \
     }
 Q35_GDN_REC4(q35_gdn_rec4, true, false, 1)
 Q35_GDN_REC4(q35_gdn_rec4s, false, true, 4)

@@ -88,22 +88,6 @@ __device__ __forceinline__ float q35_split_rs(const float *xr, int cols,
     return 1.0f / sqrtf(s / (float)cols + eps);
 }
 
-// Column i of row t's x' = v as its halves, at their places in the split
-// layout of T rows.
-__device__ __forceinline__ void q35_split_put(uint16_t *xs, int T, int t, int i,
-                                              float v)
-{
-    __nv_bfloat16 h = __float2bfloat16_rn(v);
-    __nv_bfloat16 l = __float2bfloat16_rn(__fsub_rn(v, __bfloat162float(h)));
-    int blk = i / 64, j = i % 64;
-    for (int e = 0; e < 2; e++) {
-        int row = 2 * t + e;
-        int col = (((j >> 3) ^ (row & 7)) << 3) | (j & 7);
-        xs[((int64_t)blk * 2 * T + row) * 64 + col] =
-            __bfloat16_as_ushort(e ? l : h);
-    }
-}
-
 // Row t of T rows of x (cols floats, normed first with nw: r = 1 /
 // sqrtf(ss / cols + eps), ss per thread over columns tid, tid + 256, ...,
 // the warp butterfly, then the 8 warps in order; x' = (x r) nw rounded per
@@ -153,7 +137,7 @@ template <int TOK, bool GLU, int RS, bool RES>
 __device__ __forceinline__ void
 q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
              float *y, int ldy, int rows, int cols, int T, int mode, int ns,
-             const float *x, int ldx, const float *nw, float eps)
+             const float *x, int ldx, const float *nw, float eps, uint16_t *xo)
 {
     constexpr int NTOK = TOK;                 // rows of a launch tile
     constexpr int MT = TOK < 8 ? 1 : TOK / 8; // its MMA tiles
@@ -404,7 +388,12 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
                 float v2 = q35_dsmem_ld(pp + RS / 2, 0u);
                 for (unsigned c = 1; c < S; c++)
                     v2 = __fadd_rn(v2, q35_dsmem_ld(pp + RS / 2, c));
-                *o = __fmul_rn(q35_silu(v), v2);
+                float u = __fmul_rn(q35_silu(v), v2);
+                *o = u;
+                // the halves the next product (down) reads, as q35_split
+                // would make them of u
+                if (xo)
+                    q35_split_put(xo, T, t0 + tk, o0 + r, u);
             } else if (mode == 1) {
                 *o = __fadd_rn(*o, v);
             } else {
@@ -426,14 +415,15 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
 #endif
 
 #define Q35_MMA(name, TOK, GLU, RS, RES)                                       \
-    extern "C" __global__ void __launch_bounds__(288)                          \
-        name(const __grid_constant__ q35_tmap wm,                              \
-             const __grid_constant__ q35_tmap w2m, const uint16_t *xs,         \
-             float *y, int ldy, int rows, int cols, int T, int mode, int ns,   \
-             const float *x, int ldx, const float *nw, float eps)              \
+    extern "C" __global__ void __launch_bounds__(288) name(                    \
+        const __grid_constant__ q35_tmap wm,                                   \
+        const __grid_constant__ q35_tmap w2m, const uint16_t *xs, float *y,    \
+        int ldy, int rows, int cols, int T, int mode, int ns, const float *x,  \
+        int ldx, const float *nw, float eps, uint16_t *xo)                     \
     {                                                                          \
-        Q35_MMA_SM90(q35_mma_body<TOK, GLU, RS, RES>(                          \
-            &wm, &w2m, xs, y, ldy, rows, cols, T, mode, ns, x, ldx, nw, eps)); \
+        Q35_MMA_SM90(q35_mma_body<TOK, GLU, RS, RES>(&wm, &w2m, xs, y, ldy,    \
+                                                     rows, cols, T, mode, ns,  \
+                                                     x, ldx, nw, eps, xo));    \
     }
 
 Q35_MMA(q35_mma1r, 4, false, 64, true)

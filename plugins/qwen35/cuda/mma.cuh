@@ -1,10 +1,14 @@
 // The warp-level tensor-core steps the decode products share (sm_80):
 // four 8x8 matrices of 16-bit elements from shared memory, and one BF16
-// m16n8k16 product added into float32.
+// m16n8k16 product added into float32; and where a value's BF16 halves go
+// in the products' split layout (written by q35_split, or by the kernel
+// that makes a product's input).
 #ifndef QWEN35_CUDA_MMA_CUH
 #define QWEN35_CUDA_MMA_CUH
 
 #include <stdint.h>
+
+#include <cuda_bf16.h>
 
 __device__ __forceinline__ void q35_ldsm4(uint32_t addr, uint32_t *r)
 {
@@ -23,6 +27,22 @@ __device__ __forceinline__ void q35_mma(float *d, const uint32_t *a,
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
                    "r"(b1));
+}
+
+// Column i of row t's x' = v as its halves, at their places in the split
+// layout of T rows.
+__device__ __forceinline__ void q35_split_put(uint16_t *xs, int T, int t, int i,
+                                              float v)
+{
+    __nv_bfloat16 h = __float2bfloat16_rn(v);
+    __nv_bfloat16 l = __float2bfloat16_rn(__fsub_rn(v, __bfloat162float(h)));
+    int blk = i / 64, j = i % 64;
+    for (int e = 0; e < 2; e++) {
+        int row = 2 * t + e;
+        int col = (((j >> 3) ^ (row & 7)) << 3) | (j & 7);
+        xs[((int64_t)blk * 2 * T + row) * 64 + col] =
+            __bfloat16_as_ushort(e ? l : h);
+    }
 }
 
 #endif
