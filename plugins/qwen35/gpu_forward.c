@@ -563,7 +563,7 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
                            n_lin,
                            log_size,
                            log_conv,
-                           (int64_t)Hv * dk * dv * 4};
+                           (int64_t)Hv * q35_gdn_head(dk, dv) * 4};
         g->conv_epi = T == 1 && g->n_pc == 0 ? &cv : NULL;
         loom_status st = q35_lin(R, &L->in, NULL, s->h, H, qkv, ld_in, T, 0, 0,
                                  0, L->in_norm);
