@@ -61,8 +61,20 @@ static int q35_dt(loom_dtype t)
     return t == LOOM_DTYPE_BF16 ? 0 : t == LOOM_DTYPE_F16 ? 1 : 2;
 }
 
-/* After a launch that wrote y's halves into xo (s.xs2): what xs2 holds. */
-static loom_status q35_mma_done(q35_gpu *g, loom_cu_ptr xo, loom_cu_ptr y,
+/* Where a kernel writing the T float rows (cols wide) that w takes next
+ * also writes their halves (q35_gpu.xs_src): s.xs2 when that product runs
+ * on tensor cores for more than one row over whole 128-column slices, else
+ * nowhere (0). */
+static loom_cu_ptr q35_xs_for(const q35_gpu *g, const q35_gpu_lin *w, int cols,
+                              int T)
+{
+    return g->mma && T > 1 && w->mapped && cols % Q35_MMA_KC == 0 ? g->s.xs2
+                                                                  : 0;
+}
+
+/* After a launch that wrote the halves of y's T rows into xo (0: none),
+ * what xs2 holds; st passes through. */
+static loom_status q35_xs_wrote(q35_gpu *g, loom_cu_ptr xo, loom_cu_ptr y,
                                 int T, loom_status st)
 {
     if (st == LOOM_OK && xo) {
@@ -107,7 +119,7 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
             C = units;
         void *args[] = {wm,    w2m, &xs, &y,   &ldy, &rows, &cols, &T,
                         &mode, &ns, &x,  &ldx, &nw,  &eps,  &xo};
-        return q35_mma_done(
+        return q35_xs_wrote(
             g, xo, y, T,
             q35_gpu_launch_cluster(g, g->fn.mmar[glu], (unsigned)(C * S), 1,
                                    288, q35_mma1r_smem(run, ns), (unsigned)S,
@@ -126,7 +138,7 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
     ns = g->mma_ns[r][k];
     void *args[] = {wm,    w2m, &xs, &y,   &ldy, &rows, &cols, &T,
                     &mode, &ns, &x,  &ldx, &nw,  &eps,  &xo};
-    return q35_mma_done(
+    return q35_xs_wrote(
         g, xo, y, T,
         q35_gpu_launch_cluster(g, g->fn.mma[glu][k], (unsigned)(C * S),
                                (unsigned)((T + tok - 1) / tok), 288,
@@ -492,20 +504,14 @@ static loom_status q35_gpu_attention(const q35_run *R, q35_gpu_layer *L,
     int sp = R->g->attn_splits;
     /* the rows before the prompt chunks (all of them without chunks) */
     int Ta = R->g->attn_chunk && R->g->n_pc ? R->g->pc_row0 : T;
-    /* o_proj of more than one row on tensor cores reads the outputs'
-     * halves (no prompt chunk here: their rows come from other kernels) */
-    loom_cu_ptr xo = R->g->mma && T > 1 && L->o.mapped &&
-                             (nh * hd) % Q35_MMA_KC == 0 && R->g->n_pc == 0
-                         ? s->xs2
-                         : 0;
+    /* the outputs' halves for o_proj (none with prompt chunks: their rows
+     * come from other kernels) */
+    loom_cu_ptr xo = R->g->n_pc == 0 ? q35_xs_for(R->g, &L->o, nh * hd, T) : 0;
     if (Ta > 0) {
         Q35_LAUNCH(attention, nh * sp, Ta, 128, 0, &qp, &ldq, &s->part, &s->cnt,
                    &s->o, &s->streams, &s->rows, &slot, &nh, &nkv, &hd, &sp,
                    &xo, &Ta);
-        if (xo) {
-            R->g->xs_src = s->o;
-            R->g->xs_T = Ta;
-        }
+        q35_xs_wrote(R->g, xo, s->o, Ta, LOOM_OK);
     }
     for (int32_t i = 0; i < R->g->n_pc && R->g->attn_chunk; i++) {
         int si = R->g->pc[i], n = R->g->dstreams[si].count;
@@ -602,13 +608,9 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
     }
     q35_gpu_log lay = g->lay;
     {
-        /* out_proj of more than one row on tensor cores reads the outputs'
-         * halves (no prompt chunk here: their rows come from other
-         * kernels) */
-        loom_cu_ptr xo = g->mma && T > 1 && L->out.mapped &&
-                                 vd % Q35_MMA_KC == 0 && g->n_pc == 0
-                             ? s->xs2
-                             : 0;
+        /* the outputs' halves for out_proj (none with prompt chunks: their
+         * rows come from other kernels) */
+        loom_cu_ptr xo = g->n_pc == 0 ? q35_xs_for(g, &L->out, vd, T) : 0;
         void *a[] = {
             &s->conv_out, &zp,         &s->o,     &ap,         &bp,      &ldab,
             &L->neg_a,    &L->dt_bias, &L->gnorm, &s->streams, &s->rows, &slot,
@@ -629,14 +631,12 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
                 sm = (unsigned)q35_gdn_sst_bytes(dk);
             }
         }
-        loom_status st = q35_gpu_launch(g, f, gx, (unsigned)R->ns, bx, sm, a,
-                                        "q35_gdn_rec", R->err);
+        loom_status st =
+            q35_xs_wrote(g, xo, s->o, T,
+                         q35_gpu_launch(g, f, gx, (unsigned)R->ns, bx, sm, a,
+                                        "q35_gdn_rec", R->err));
         if (st != LOOM_OK)
             return st;
-        if (xo) {
-            g->xs_src = s->o;
-            g->xs_T = T;
-        }
     }
     /* prompt chunks: the chunkwise delta rule, q k (log decay) beta into
      * big0 and big2 (free once the conv has run) */
@@ -665,9 +665,8 @@ static loom_status q35_gpu_mlp(const q35_run *R, q35_gpu_layer *L)
     q35_gpu_scratch *s = &R->g->s;
     int T = R->T, H = (int)G->hidden, F = (int)G->ffn;
     R->g->xb_next = q35_gemm_fits(&L->down);
-    /* down of more than one row on tensor cores reads the SwiGLU's halves
-     * (its input is not normed) */
-    R->g->xs_next = R->g->mma && T > 1 && L->down.mapped && F % Q35_MMA_KC == 0;
+    /* the SwiGLU's halves for down (its input is not normed) */
+    R->g->xs_next = q35_xs_for(R->g, &L->down, F, T) != 0;
     loom_status st = q35_lin(R, &L->gate, &L->up, s->h, H, s->big0, F, T, 2, 0,
                              0, L->post_norm);
     R->g->xb_next = 0;

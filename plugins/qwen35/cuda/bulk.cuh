@@ -1,8 +1,8 @@
 // What the kernels that stream weights through a ring of shared memory
 // share (sm_90): an address's shared-window offset, a transaction barrier's
-// init / expected bytes / arrival / wait on a phase, one bulk copy or
-// tensor-map box, the ring's barriers, and the consumer warps' copy of the
-// row and end of a group of rows.
+// init / expected bytes / arrival / wait on a phase, one bulk copy in or
+// out or tensor-map box, the ring's barriers, and the consumer warps' copy
+// of the row and end of a group of rows.
 #ifndef QWEN35_CUDA_BULK_CUH
 #define QWEN35_CUDA_BULK_CUH
 
@@ -62,6 +62,19 @@ __device__ __forceinline__ void q35_bulk_load(void *dst, const void *src,
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
                  "bytes [%0], [%1], %2, [%3];" ::"r"(q35_smem_addr(dst)),
                  "l"(src), "r"(bytes), "r"(q35_smem_addr(bar))
+                 : "memory");
+}
+
+// bytes (a multiple of 16) from shared src to global dst, in a bulk group
+// of its own (cp.async.bulk.wait_group before src is written again or the
+// block leaves); the caller fences the threads' writes to src
+// (fence.proxy.async) and syncs them first.
+__device__ __forceinline__ void q35_bulk_store(void *dst, const void *src,
+                                               uint32_t bytes)
+{
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+                 "cp.async.bulk.commit_group;" ::"l"(dst),
+                 "r"(q35_smem_addr(src)), "r"(bytes)
                  : "memory");
 }
 

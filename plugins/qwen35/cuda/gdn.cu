@@ -16,8 +16,6 @@
 // fixed by dk alone.
 #define Q35_GDN_PART 32
 
-// A thread's Q35_GDN_PART rows of state s are s[ii * SS]: SS = 1 in
-// registers, 32 in shared memory (q35_gdn_rec4s, rows of 32 floats).
 // Rows of a stream whose outputs q35_gdn_rec4 normalises together.
 #define Q35_GDN_SEG 16
 
@@ -44,6 +42,9 @@ __device__ __forceinline__ q35_gdn_shape q35_gdn_shape_of(int dk, int dv)
     sh.on = sh.j < dv;
     return sh;
 }
+
+// A thread's Q35_GDN_PART rows of state s are s[ii * SS]: SS = 1 in
+// registers, 32 in shared memory (q35_gdn_rec4s, rows of 32 floats).
 
 // sum over the rows of x[i] * s[i], all parts: every thread of column j
 // gets the same value. part: P * vw floats of shared memory.
@@ -100,7 +101,6 @@ q35_gdn_step(float *s, const float *k, float v, float dec, float bet, int dk,
 
 // This thread's rows of column j of the head's state S (q35_gdn_off);
 // rows past dk, and columns past dv, are zeros.
-template <int SS = 1>
 __device__ __forceinline__ void q35_gdn_load(float *s, const float *S, int dk,
                                              int dv, const q35_gdn_shape &sh)
 {
@@ -108,15 +108,14 @@ __device__ __forceinline__ void q35_gdn_load(float *s, const float *S, int dk,
     if (sh.on && q35_gdn_full(dk, sh)) {
 #pragma unroll
         for (int ii = 0; ii < Q35_GDN_PART; ii++)
-            s[ii * SS] = p[ii * 32];
+            s[ii] = p[ii * 32];
         return;
     }
 #pragma unroll
     for (int ii = 0; ii < Q35_GDN_PART; ii++)
-        s[ii * SS] = sh.on && sh.i0 + ii < dk ? p[ii * 32] : 0.0f;
+        s[ii] = sh.on && sh.i0 + ii < dk ? p[ii * 32] : 0.0f;
 }
 
-template <int SS = 1>
 __device__ __forceinline__ void q35_gdn_store(const float *s, float *S, int dk,
                                               int dv, const q35_gdn_shape &sh)
 {
@@ -126,13 +125,13 @@ __device__ __forceinline__ void q35_gdn_store(const float *s, float *S, int dk,
     if (q35_gdn_full(dk, sh)) {
 #pragma unroll
         for (int ii = 0; ii < Q35_GDN_PART; ii++)
-            p[ii * 32] = s[ii * SS];
+            p[ii * 32] = s[ii];
         return;
     }
 #pragma unroll
     for (int ii = 0; ii < Q35_GDN_PART; ii++)
         if (sh.i0 + ii < dk)
-            p[ii * 32] = s[ii * SS];
+            p[ii * 32] = s[ii];
 }
 
 // A row's preparation (spec 2.5), by the whole block: q (sqk[0]) and k
@@ -339,11 +338,7 @@ __device__ __forceinline__ void q35_gdn_sst_out(float *dst, int dk, bool has)
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
     if (threadIdx.x == 0 && has)
-        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], "
-                     "%2;\n"
-                     "cp.async.bulk.commit_group;" ::"l"(dst),
-                     "r"(q35_smem_addr(q35_gdn_sst)), "r"((uint32_t)dk * 128u)
-                     : "memory");
+        q35_bulk_store(dst, q35_gdn_sst, (uint32_t)dk * 128u);
 }
 
 template <bool AHEAD, bool SM>
