@@ -84,6 +84,9 @@ static q35_tmap map_of(const uint16_t *w, int rows, int cols)
     return m;
 }
 
+// Normed rows' sum-of-squares parts, written by q35_split (s.ssp's role).
+static float *ssp;
+
 // As gpu_forward.c's q35_lin_mma.
 static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
                 uint16_t *xs, float *y, int rows, int cols, int T, bool glu,
@@ -102,13 +105,16 @@ static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
         if (C > units)
             C = units;
         uint16_t *xo = NULL;
-        void *a[] = {&wm,   &w2m, &xs, &y,   &ldy, &rows, &cols, &T,
-                     &mode, &nsr, &x,  &ldx, &nw,  &eps,  &xo};
+        const float *ssi = NULL, *nn = NULL;
+        float *sso = NULL;
+        void *a[] = {&wm, &w2m, &xs,  &y,   &ldy, &rows, &cols, &T,   &mode,
+                     &nsr, &x,  &ldx, &nw,  &eps, &xo,   &ssi,  &nn,  &sso};
         bench_launch(mmar_fn[glu], dim3((unsigned)(C * S), 1), dim3(288),
                      q35_mma1r_smem(run, nsr), a, st, S);
         return;
     }
-    void *sa[] = {&x, &ldx, &xs, &cols, &T, &nw, &eps};
+    float *sso = nw ? ssp : NULL;
+    void *sa[] = {&x, &ldx, &xs, &cols, &T, &nw, &sso};
     // NOSPLIT=1: the product alone, on activations split before (what the
     // split costs in the chain)
     if (!(getenv("NOSPLIT") && timing))
@@ -122,8 +128,10 @@ static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
         C = units;
     int ns = ns_of[r][k];
     uint16_t *xo = NULL;
-    void *a[] = {&wm,   &w2m, &xs, &y,   &ldy, &rows, &cols, &T,
-                 &mode, &ns,  &x,  &ldx, &nw,  &eps,  &xo};
+    const float *ssi = sso, *nn = NULL;
+    float *none = NULL;
+    void *a[] = {&wm, &w2m, &xs,  &y,  &ldy, &rows, &cols, &T,   &mode,
+                 &ns, &x,   &ldx, &nw, &eps, &xo,   &ssi,  &nn,  &none};
     bench_launch(mma_fn[glu][k], dim3((unsigned)(C * S), (T + tok - 1) / tok),
                  dim3(288), q35_mma_smem(k, ns), a, st, S);
 }
@@ -214,6 +222,7 @@ int main()
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const int TMAX = 40;
+    CK(cudaMalloc(&ssp, (size_t)TMAX * (65536 / 16 + 8) * 4));
 
     // correctness and bits, on shapes small enough for the host
     struct Small {

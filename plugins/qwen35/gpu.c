@@ -671,13 +671,15 @@ static loom_status q35_gpu_scratch_alloc(loom_model *m, loom_err *err)
         /* decode rows' split activations: two BF16 halves a float, for
          * a product and for the next */
         g->mma ? R * (big + Q35_MMA_KC) : 0,
-        g->mma ? R * (big + Q35_MMA_KC) : 0};
+        g->mma ? R * (big + Q35_MMA_KC) : 0,
+        /* ... for a normed product, and its rows' sums of squares */
+        g->mma ? R * (H + Q35_MMA_KC) : 0, g->mma ? R * q35_ss_ld((int)H) : 0};
     loom_cu_ptr *dst[] = {
-        &s->h,        &s->xn,   &s->big0,    &s->big1, &s->big2,
-        &s->conv_out, &s->o,    &s->z,       &s->b,    &s->a,
-        &s->prob,     &s->sel,  &s->wsel,    &s->gout, &s->proj,
-        &s->shg,      &s->rows, &s->streams, &s->part, &s->cnt,
-        &s->xb,       &s->gup,  &s->wy,      &s->xs,   &s->xs2};
+        &s->h,    &s->xn,   &s->big0, &s->big1, &s->big2, &s->conv_out,
+        &s->o,    &s->z,    &s->b,    &s->a,    &s->prob, &s->sel,
+        &s->wsel, &s->gout, &s->proj, &s->shg,  &s->rows, &s->streams,
+        &s->part, &s->cnt,  &s->xb,   &s->gup,  &s->wy,   &s->xs,
+        &s->xs2,  &s->xs3,  &s->ssp};
     int n = (int)(sizeof sizes / sizeof *sizes);
     uint64_t total = 0;
     for (int i = 0; i < n; i++)

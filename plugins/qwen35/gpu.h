@@ -97,6 +97,8 @@ typedef struct q35_gpu_scratch {
     loom_cu_ptr wy;   /* its delta rule's chunk records (gdn_prompt.cu) */
     loom_cu_ptr xs;   /* decode rows' product input as BF16 hi, lo halves */
     loom_cu_ptr xs2;  /* ... the next product's, written by a kernel before */
+    loom_cu_ptr xs3;  /* ... a normed product's (x nw), and its rows' */
+    loom_cu_ptr ssp;  /* sums of squares in parts: [R][q35_ss_ld(hidden)] */
     loom_cu_ptr logits, taps, maps; /* grown on demand */
     uint64_t logits_bytes, taps_bytes, maps_bytes;
     /* an affine-4 weight as BF16 for a prompt chunk's product, grown on
@@ -189,6 +191,14 @@ typedef struct q35_gpu {
      * product may so read what the kernel it launches now writes. */
     loom_cu_ptr xs_src, xs_pending; /* xs_src as the product now runs */
     int xs_T, xs_next;
+    /* what s.ssp holds: the parts of the xn_T rows at xn_src (or xn_src
+     * 0), and s.xs3 the halves of those rows times xn_nw (or 0); a normed
+     * tensor-core product of them launches no q35_split. nn_next: set by a
+     * caller of a residual-adding product when the next product is normed
+     * with it on tensor cores (q35_nn_for); nn_post and nn_layer, set per
+     * layer, are the MLP's and the next layer's. */
+    loom_cu_ptr xn_src, xn_nw, nn_next, nn_post, nn_layer;
+    int xn_T;
     /* set by a GDN layer of a one-row step around its merged input
      * product: the conv it asks of that product's epilogue (or NULL), and
      * whether the product took it */

@@ -72,6 +72,19 @@ static loom_cu_ptr q35_xs_for(const q35_gpu *g, const q35_gpu_lin *w, int cols,
                                                                   : 0;
 }
 
+/* After a residual add that handed nn on (0: none), what s.ssp and s.xs3
+ * hold; st passes through. */
+static loom_status q35_xn_wrote(q35_gpu *g, loom_cu_ptr nn, loom_cu_ptr y,
+                                int T, loom_status st)
+{
+    if (st == LOOM_OK && nn) {
+        g->xn_src = y;
+        g->xn_T = T;
+        g->xn_nw = T > 1 ? nn : 0;
+    }
+    return st;
+}
+
 /* After a launch that wrote the halves of y's T rows into xo (0: none),
  * what xs2 holds; st passes through. */
 static loom_status q35_xs_wrote(q35_gpu *g, loom_cu_ptr xo, loom_cu_ptr y,
@@ -84,10 +97,23 @@ static loom_status q35_xs_wrote(q35_gpu *g, loom_cu_ptr xo, loom_cu_ptr y,
     return st;
 }
 
+/* The norm weight nw of the next product, w, for the residual-adding
+ * product before it to hand on (q35_gpu.nn_next): when w runs on tensor
+ * cores over whole 128-column slices and the round has no prompt chunk,
+ * else 0. */
+static loom_cu_ptr q35_nn_for(const q35_gpu *g, const q35_gpu_lin *w,
+                              loom_cu_ptr nw)
+{
+    return g->mma && g->n_pc == 0 && w->mapped && w->cols % Q35_MMA_KC == 0 ? nw
+                                                                            : 0;
+}
+
 /* The product on tensor cores (BF16 weights, columns a multiple of 16):
- * the rows split into BF16 halves (normed first with nw), then one launch
- * for tiles of up to 32 rows, clusters of q35_mma_splits(cols) blocks, no
- * more clusters than the device holds at once. */
+ * the rows split into BF16 halves (of x nw with nw, and their sums of
+ * squares in parts), then one launch for tiles of up to 32 rows, clusters
+ * of q35_mma_splits(cols) blocks, no more clusters than the device holds
+ * at once. A residual add (mode 1) given q35_gpu.nn_next writes the halves
+ * and parts the next product takes instead. */
 static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
                                const q35_gpu_lin *w2, loom_cu_ptr x, int ldx,
                                loom_cu_ptr y, int ldy, int T, int mode,
@@ -102,6 +128,20 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
      * SwiGLU's for the product after */
     int pre = !nw && x == g->xs_pending && T == g->xs_T;
     loom_cu_ptr xo = glu && g->xs_next ? g->s.xs2 : 0;
+    /* normed: x's parts (and halves of x nw) as the kernel that wrote x
+     * left them */
+    loom_cu_ptr ssi = nw && x == g->xn_src && T == g->xn_T ? g->s.ssp : 0;
+    int have = ssi && nw == g->xn_nw;
+    /* a residual add handing the next product's norm on: whole rows of
+     * whole slices, so that its blocks write whole parts (one row: the
+     * parts alone, as the one-row form makes its own halves) */
+    loom_cu_ptr nn = 0, sso = 0;
+    if (mode == 1 && !nw && g->nn_next && rows == (int)R->m->g.hidden &&
+        ldy == rows && rows % Q35_MMA_KC == 0) {
+        nn = g->nn_next;
+        xo = T > 1 ? g->s.xs3 : 0;
+        sso = g->s.ssp;
+    }
     int S = q35_mma_splits(cols), c = S - 1;
     int64_t unit = glu ? 8 : 16, units = (rows + unit - 1) / unit;
     /* two blocks per SM stream products of many rows faster; one with a
@@ -117,33 +157,47 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
         int64_t C = g->mma_clusters[r][glu][0][c];
         if (C > units)
             C = units;
-        void *args[] = {wm,    w2m, &xs, &y,   &ldy, &rows, &cols, &T,
-                        &mode, &ns, &x,  &ldx, &nw,  &eps,  &xo};
-        return q35_xs_wrote(
-            g, xo, y, T,
-            q35_gpu_launch_cluster(g, g->fn.mmar[glu], (unsigned)(C * S), 1,
-                                   288, q35_mma1r_smem(run, ns), (unsigned)S,
-                                   args, "q35_mma1r", R->err));
+        void *args[] = {wm,  w2m, &xs,  &y,  &ldy, &rows, &cols, &T,  &mode,
+                        &ns, &x,  &ldx, &nw, &eps, &xo,   &ssi,  &nn, &sso};
+        loom_status st = q35_gpu_launch_cluster(
+            g, g->fn.mmar[glu], (unsigned)(C * S), 1, 288,
+            q35_mma1r_smem(run, ns), (unsigned)S, args, "q35_mma1r", R->err);
+        return q35_xn_wrote(g, nn, y, T,
+                            q35_xs_wrote(g, nn ? 0 : xo, y, T, st));
     }
-    if (pre)
-        xs = g->s.xs2;
-    else
+    if (nw && !have) {
+        /* the halves of x nw and x's parts, for this product and any other
+         * normed with nw before x changes */
+        loom_cu_ptr sp = g->s.ssp;
+        xs = g->s.xs3;
         Q35_LAUNCH(split, (cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T, 256,
-                   0, &x, &ldx, &xs, &cols, &T, &nw, &eps);
+                   0, &x, &ldx, &xs, &cols, &T, &nw, &sp);
+        g->xn_src = x;
+        g->xn_T = T;
+        g->xn_nw = nw;
+        ssi = sp;
+    } else if (nw) {
+        xs = g->s.xs3;
+    } else if (pre) {
+        xs = g->s.xs2;
+    } else {
+        loom_cu_ptr none = 0;
+        Q35_LAUNCH(split, (cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T, 256,
+                   0, &x, &ldx, &xs, &cols, &T, &nw, &none);
+    }
     int k = q35_mma_kind(T, r);
     int tok = q35_mma_tok(k);
     int64_t C = g->mma_clusters[r][glu][k][c];
     if (C > units)
         C = units;
     ns = g->mma_ns[r][k];
-    void *args[] = {wm,    w2m, &xs, &y,   &ldy, &rows, &cols, &T,
-                    &mode, &ns, &x,  &ldx, &nw,  &eps,  &xo};
-    return q35_xs_wrote(
-        g, xo, y, T,
-        q35_gpu_launch_cluster(g, g->fn.mma[glu][k], (unsigned)(C * S),
-                               (unsigned)((T + tok - 1) / tok), 288,
-                               q35_mma_smem(k, ns), (unsigned)S, args,
-                               "q35_mma", R->err));
+    void *args[] = {wm,  w2m, &xs,  &y,  &ldy, &rows, &cols, &T,  &mode,
+                    &ns, &x,  &ldx, &nw, &eps, &xo,   &ssi,  &nn, &sso};
+    loom_status st = q35_gpu_launch_cluster(
+        g, g->fn.mma[glu][k], (unsigned)(C * S),
+        (unsigned)((T + tok - 1) / tok), 288, q35_mma_smem(k, ns), (unsigned)S,
+        args, "q35_mma", R->err);
+    return q35_xn_wrote(g, nn, y, T, q35_xs_wrote(g, nn ? 0 : xo, y, T, st));
 }
 
 /* An affine-4 product on tensor cores (q35_q4m), normed in the kernel:
@@ -208,7 +262,7 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
     if (nw && (w->bits ? T > 1 : !(dt < 2 && cols % 8 == 0 && ldx % 4 == 0))) {
         loom_cu_ptr none = 0, xn = R->g->s.xn;
         int H = cols;
-        void *na[] = {&x, &none, &xn, &nw, &H, &eps};
+        void *na[] = {&x, &none, &xn, &nw, &H, &eps, &none};
         loom_status st = q35_gpu_launch(R->g, R->g->fn.rmsnorm, (unsigned)T, 1,
                                         256, 0, na, "q35_rmsnorm", R->err);
         if (st != LOOM_OK)
@@ -440,6 +494,9 @@ static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
     /* what xs2 holds serves this product alone */
     g->xs_pending = g->xs_src;
     g->xs_src = 0;
+    /* a residual add changes the rows s.ssp and s.xs3 were made of */
+    if (mode == 1)
+        g->xn_src = 0;
     if (!g->gemm || g->n_pc == 0 || sel || !q35_gemm_fits(w) ||
         (w2 && !q35_gemm_fits(w2)))
         return q35_lin_rows(R, w, w2, x, ldx, y, ldy, T, mode, sel, sel_stride,
@@ -464,14 +521,33 @@ static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
             return st_;                                                        \
     } while (0)
 
+/* out = RMSNorm(x) * w over n_rows rows (picked by map, or the first);
+ * with xo, also their halves for a tensor-core product (q35_xs_for). */
 static loom_status q35_gpu_norm(const q35_run *R, loom_cu_ptr x,
                                 loom_cu_ptr map, loom_cu_ptr out, loom_cu_ptr w,
-                                int n_rows)
+                                int n_rows, loom_cu_ptr xo)
 {
     int H = (int)R->m->g.hidden;
     float eps = (float)R->m->g.eps;
-    Q35_LAUNCH(rmsnorm, n_rows, 1, 256, 0, &x, &map, &out, &w, &H, &eps);
-    return LOOM_OK;
+    Q35_LAUNCH(rmsnorm, n_rows, 1, 256, 0, &x, &map, &out, &w, &H, &eps, &xo);
+    return q35_xs_wrote(R->g, xo, out, n_rows, LOOM_OK);
+}
+
+/* The final norm of n rows of s.h (picked by map, or the first n), then
+ * the head's product of them into s.logits. */
+static loom_status q35_gpu_logits(const q35_run *R, loom_cu_ptr map, int n)
+{
+    q35_gpu *g = R->g;
+    int H = (int)R->m->g.hidden, V = (int)R->m->g.vocab;
+    loom_status st = q35_gpu_norm(R, g->s.h, map, g->s.xn, g->norm, n,
+                                  q35_xs_for(g, &g->lm_head, H, n));
+    if (st != LOOM_OK)
+        return st;
+    /* the head is no prompt chunk's product: q35_lin's hand-over here */
+    g->xs_pending = g->xs_src;
+    g->xs_src = 0;
+    return q35_lin_rows(R, &g->lm_head, NULL, g->s.xn, H, g->s.logits, V, n, 0,
+                        0, 0, 0);
 }
 
 static loom_status q35_gpu_attention(const q35_run *R, q35_gpu_layer *L,
@@ -530,7 +606,9 @@ static loom_status q35_gpu_attention(const q35_run *R, q35_gpu_layer *L,
                    R->g->attn_chunk_smem, &qp, &ldq, &s->o, &s->streams,
                    &s->rows, &si, &slot, &nh, &nkv, &hd);
     }
+    R->g->nn_next = R->g->nn_post;
     Q35_LIN(&L->o, NULL, s->o, nh * hd, s->h, H, T, 1, 0, 0, 0);
+    R->g->nn_next = 0;
     return LOOM_OK;
 }
 
@@ -578,7 +656,7 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
             return st;
     } else {
         loom_cu_ptr none = 0;
-        loom_status st = q35_gpu_norm(R, s->h, none, s->xn, L->in_norm, T);
+        loom_status st = q35_gpu_norm(R, s->h, none, s->xn, L->in_norm, T, 0);
         if (st != LOOM_OK)
             return st;
     }
@@ -655,7 +733,9 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
         Q35_LAUNCH(gdnc_norm, n, (Hv + 7) / 8, 256, 0, &s->o, &zp, &ldz,
                    &L->gnorm, &s->streams, &si, &Hv, &dv, &eps);
     }
+    g->nn_next = g->nn_post;
     Q35_LIN(&L->out, NULL, s->o, vd, s->h, H, T, 1, 0, 0, 0);
+    g->nn_next = 0;
     return LOOM_OK;
 }
 
@@ -673,7 +753,9 @@ static loom_status q35_gpu_mlp(const q35_run *R, q35_gpu_layer *L)
     R->g->xs_next = 0;
     if (st != LOOM_OK)
         return st;
+    R->g->nn_next = R->g->nn_layer;
     Q35_LIN(&L->down, NULL, s->big0, F, s->h, H, T, 1, 0, 0, 0);
+    R->g->nn_next = 0;
     return LOOM_OK;
 }
 
@@ -686,7 +768,7 @@ static loom_status q35_gpu_moe(const q35_run *R, q35_gpu_layer *L)
     int T = R->T, H = (int)G->hidden, F = (int)G->moe_ffn;
     int E = (int)G->n_experts, K = (int)G->top_k, nt = G->norm_topk;
     loom_cu_ptr none = 0;
-    loom_status nst = q35_gpu_norm(R, s->h, none, s->xn, L->post_norm, T);
+    loom_status nst = q35_gpu_norm(R, s->h, none, s->xn, L->post_norm, T, 0);
     if (nst != LOOM_OK)
         return nst;
     Q35_LIN(&L->router, NULL, s->xn, H, s->prob, E, T, 0, 0, 0, 0);
@@ -718,6 +800,7 @@ static loom_status q35_gpu_moe(const q35_run *R, q35_gpu_layer *L)
     }
     long long n = (long long)T * H;
     Q35_LAUNCH(add, (n + 255) / 256, 1, 256, 0, &s->h, &s->proj, &n);
+    R->g->xn_src = 0;
     return LOOM_OK;
 }
 
@@ -732,6 +815,8 @@ static loom_status q35_gpu_layers(const q35_run *R, int32_t n_logits,
     int H = (int)G->hidden;
     g->xb_src = 0;
     g->xs_src = 0;
+    g->xn_src = 0;
+    g->nn_next = 0;
     if (g->embed.bits) {
         int gsz = g->embed.group;
         Q35_LAUNCH(embed_q4, R->T, 1, 256, 0, &g->embed.p, &g->embed.pairs,
@@ -742,6 +827,19 @@ static loom_status q35_gpu_layers(const q35_run *R, int32_t n_logits,
     }
     for (int64_t i = 0; i < G->n_layers; i++) {
         q35_gpu_layer *L = &g->layers[i];
+        /* the norms the mixer's and the MLP's residual adds hand on: the
+         * MLP's, and the next layer's where its input product norms */
+        g->nn_post =
+            m->w.layers[i].moe ? 0 : q35_nn_for(g, &L->gate, L->post_norm);
+        g->nn_layer = 0;
+        if (i + 1 < G->n_layers) {
+            q35_gpu_layer *N = &g->layers[i + 1];
+            if (m->w.layers[i + 1].kind == 'A')
+                g->nn_layer =
+                    q35_nn_for(g, N->in.p ? &N->in : &N->q, N->in_norm);
+            else if (N->in.p)
+                g->nn_layer = q35_nn_for(g, &N->in, N->in_norm);
+        }
         /* the norms before the mixer and the MLP run inside their products */
         loom_status st = m->w.layers[i].kind == 'A'
                              ? q35_gpu_attention(R, L, m->slot[i])
@@ -761,19 +859,8 @@ static loom_status q35_gpu_layers(const q35_run *R, int32_t n_logits,
                        &dmap, &H);
         }
     }
-    if (n_logits > 0) {
-        loom_status st =
-            q35_gpu_norm(R, s->h, s->maps, s->xn, g->norm, n_logits);
-        if (st != LOOM_OK)
-            return st;
-        int V = (int)G->vocab;
-        /* the logit rows, gathered: never a prompt chunk's layout */
-        loom_status hst = q35_lin_rows(R, &g->lm_head, NULL, s->xn, H,
-                                       s->logits, V, n_logits, 0, 0, 0, 0);
-        if (hst != LOOM_OK)
-            return hst;
-    }
-    return LOOM_OK;
+    /* the logit rows, gathered: never a prompt chunk's layout */
+    return n_logits > 0 ? q35_gpu_logits(R, s->maps, n_logits) : LOOM_OK;
 }
 
 static void q35_log_no_graphs(const q35_run *R)
@@ -1062,10 +1149,7 @@ loom_status q35_gpu_head(loom_model *m, const loom_view *hidden, int32_t n,
                                     (size_t)H * 4, cu->stream),
                 "copying hidden rows in", err);
         if (st == LOOM_OK)
-            st = q35_gpu_norm(Rn, g->s.h, 0, g->s.xn, g->norm, k);
-        if (st == LOOM_OK)
-            st = q35_lin_rows(Rn, &g->lm_head, NULL, g->s.xn, (int)H,
-                              g->s.logits, (int)V, k, 0, 0, 0, 0);
+            st = q35_gpu_logits(Rn, 0, k);
         loom_view part = *logits;
         part.data = (float *)logits->data + (int64_t)i0 * logits->strides[0];
         if (st == LOOM_OK)

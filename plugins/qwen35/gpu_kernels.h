@@ -187,6 +187,17 @@ static inline int q35_q4m_rows(int cols, int gsz, int T)
 /* Columns per block of q35_split. */
 #define Q35_SPLIT_COLS 1024
 
+/* A row's sum-of-squares parts (16 columns each, mma.cuh) and their
+ * stride in a table of rows (s.ssp): a whole number of 128-column slices. */
+static inline Q35_HD int q35_ss_n(int cols)
+{
+    return (cols + 15) / 16;
+}
+static inline Q35_HD int q35_ss_ld(int cols)
+{
+    return (cols + Q35_MMA_KC - 1) / Q35_MMA_KC * (Q35_MMA_KC / 16);
+}
+
 /* The one-row form's own copy of a block's run of columns of the row's
  * halves (after its ring): 256 bytes a 64-column block, and 6 rows of 128
  * bytes that its MMA's unused rows read past the end. */

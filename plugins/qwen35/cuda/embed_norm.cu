@@ -1,6 +1,7 @@
 // Embedding lookup and the RMSNorm of whole rows (input, post-attention and
 // final norms; the head's norm picks its rows through a map).
 #include "common.cuh"
+#include "mma.cuh"
 
 // h[t] = table[rows[t].token] as float32 (exact for BF16 and F16).
 template <typename W>
@@ -37,9 +38,11 @@ q35_embed_f32(const float *table, const q35_gpu_row *rows, float *h, int H)
 // order when n % 4 == 0, as the normed products take it, else per-thread
 // strided partial sums; then q35_block_sum), r = 1 / sqrtf(ss / n + eps)
 // in float32, then (x * r) * w rounded once per multiply as on the CPU.
+// With xo (n % 4 == 0), also the rows' halves in q35_split's layout for
+// gridDim.x rows, for the tensor-core product that reads out next.
 extern "C" __global__ void q35_rmsnorm(const float *x, const int *map,
                                        float *out, const float *w, int n,
-                                       float eps)
+                                       float eps, uint16_t *xo)
 {
     Q35_PDL_ENTER();
     __shared__ float red[32];
@@ -68,6 +71,12 @@ extern "C" __global__ void q35_rmsnorm(const float *x, const int *map,
         v.z = __fmul_rn(__fmul_rn(v.z, r), g.z);
         v.w = __fmul_rn(__fmul_rn(v.w, r), g.w);
         reinterpret_cast<float4 *>(o)[f] = v;
+        if (xo) {
+            q35_split_put(xo, gridDim.x, b, 4 * f, v.x);
+            q35_split_put(xo, gridDim.x, b, 4 * f + 1, v.y);
+            q35_split_put(xo, gridDim.x, b, 4 * f + 2, v.z);
+            q35_split_put(xo, gridDim.x, b, 4 * f + 3, v.w);
+        }
     }
 }
 

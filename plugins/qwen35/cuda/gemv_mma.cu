@@ -57,66 +57,71 @@ __device__ __forceinline__ void q35_cluster_wait()
     asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
 }
 
-// r = 1 / sqrtf(ss / cols + eps) of row xr for threads tid = 0..255: ss per
-// thread over columns tid, tid + 256, ... (loaded 8 at a time, summed in
-// column order), the warp butterfly, then the 8 warps in order; sync is the
-// 256 threads' barrier, red 8 floats of shared memory.
-template <typename Sync>
-__device__ __forceinline__ float q35_split_rs(const float *xr, int cols,
-                                              float eps, int tid, float *red,
-                                              Sync sync)
-{
-    float ss = 0.0f;
-    int i = tid;
-    for (; i + 7 * 256 < cols; i += 8 * 256) {
-        float v[8];
-#pragma unroll
-        for (int u = 0; u < 8; u++)
-            v[u] = xr[i + u * 256];
-#pragma unroll
-        for (int u = 0; u < 8; u++)
-            ss = fmaf(v[u], v[u], ss);
-    }
-    for (; i < cols; i += 256)
-        ss = fmaf(xr[i], xr[i], ss);
-    ss = q35_warp_sum(ss);
-    if ((tid & 31) == 0)
-        red[tid >> 5] = ss;
-    sync();
-    float s = (tid & 31) < 8 ? red[tid & 31] : 0.0f;
-    s = q35_warp_sum(s);
-    return 1.0f / sqrtf(s / (float)cols + eps);
-}
-
-// Row t of T rows of x (cols floats, normed first with nw: r = 1 /
-// sqrtf(ss / cols + eps), ss per thread over columns tid, tid + 256, ...,
-// the warp butterfly, then the 8 warps in order; x' = (x r) nw rounded per
-// multiply) as two BF16 rows hi = bf16(x'), lo = bf16(x' - hi), laid out
-// as the product's stages read them: for each 64-column block h, the 2T
-// rows (row 2t + 1 is t's lo) of 128 bytes at xs + 2T 64 h, each swizzled
-// as a tensor copy would (piece p of row r at p ^ (r % 8)); the columns
-// past cols up to the 128-column slice's end are zeros. Blocks of 256
-// threads, Q35_SPLIT_COLS columns each (every block of a normed row sums
-// the whole row, in the same order).
+// Row t of T rows of x (cols floats) as two BF16 rows hi = bf16(x'),
+// lo = bf16(x' - hi), x' = x nw rounded once (with nw; else x), laid out as
+// the product's stages read them: for each 64-column block h, the 2T rows
+// (row 2t + 1 is t's lo) of 128 bytes at xs + 2T 64 h, each swizzled as a
+// tensor copy would (piece p of row r at p ^ (r % 8)); the columns past
+// cols up to the 128-column slice's end are zeros. With sso, also the
+// row's sum-of-squares parts of these columns (q35_ss_ld(cols) a row),
+// from which the product takes the norm's factor. Blocks of 256 threads,
+// Q35_SPLIT_COLS columns each.
 extern "C" __global__ void __launch_bounds__(256)
     q35_split(const float *x, int ldx, uint16_t *xs, int cols, int T,
-              const float *nw, float eps)
+              const float *nw, float *sso)
 {
-    __shared__ float red[8];
     Q35_PDL_ENTER();
     int t = blockIdx.y, tid = threadIdx.x;
     const float *xr = x + (int64_t)t * ldx;
-    float r =
-        nw ? q35_split_rs(xr, cols, eps, tid, red, []() { __syncthreads(); })
-           : 1.0f;
     int padded = (cols + Q35_MMA_KC - 1) / Q35_MMA_KC * Q35_MMA_KC;
     int end = min(padded, (int)(blockIdx.x + 1) * Q35_SPLIT_COLS);
+    // (a warp's lanes stay together: the block's columns are whole slices)
 #pragma unroll 4
     for (int i = blockIdx.x * Q35_SPLIT_COLS + tid; i < end; i += 256) {
-        float v = 0.0f;
-        if (i < cols)
-            v = nw ? __fmul_rn(__fmul_rn(xr[i], r), nw[i]) : xr[i];
-        q35_split_put(xs, T, t, i, v);
+        float xv = i < cols ? xr[i] : 0.0f;
+        q35_split_put(xs, T, t, i, nw && i < cols ? __fmul_rn(xv, nw[i]) : xv);
+        if (sso) {
+            float q = q35_sq16_lanes(xv);
+            if ((tid & 15) == 0)
+                sso[(int64_t)t * q35_ss_ld(cols) + i / 16] = q;
+        }
+    }
+}
+
+// r = 1 / sqrtf(ss / cols + eps) of the one row x, ss in q35_ss_parts'
+// order, into *rs, for threads tid = 0..255 (sync their barrier): 4,096
+// columns at a time, thread tid loading columns tid + 256 k (all 16 in
+// flight), half-warps making the parts (q35_sq16_lanes) into tmp, and
+// each lane of warp 0 adding its own.
+template <typename Sync>
+__device__ __forceinline__ void q35_row_rs(const float *x, int cols, float eps,
+                                           int tid, float *tmp, float *rs,
+                                           Sync sync)
+{
+    int P = q35_ss_n(cols);
+    float s = 0.0f;
+    for (int c0 = 0; c0 < cols; c0 += 4096) {
+        float v[16];
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            int c = c0 + tid + 256 * k;
+            v[k] = c < cols ? x[c] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            float q = q35_sq16_lanes(v[k]);
+            if ((tid & 15) == 0)
+                tmp[(tid >> 4) + 16 * k] = q;
+        }
+        sync();
+        if (tid < 32)
+            s = q35_ss_add8(tmp, P - c0 / 16, tid, s);
+        sync();
+    }
+    if (tid < 32) {
+        s = q35_ss_lanes(s);
+        if (tid == 0)
+            *rs = 1.0f / sqrtf(s / (float)cols + eps);
     }
 }
 
@@ -133,11 +138,20 @@ extern "C" __global__ void __launch_bounds__(256)
 // are written while the cluster reads these), and block s of the cluster
 // finishes the s-th run of the group's rows: the S partials in rank order,
 // then y = v, y += v (mode 1), or y = silu(v) * v2 (SwiGLU).
+//
+// Normed rows (nw): the halves are those of x nw, and the product's sums
+// are multiplied by the row's r = 1 / sqrtf(ss / cols + eps), ss from its
+// parts in ssi (q35_ss_parts; the one-row form without ssi sums x itself,
+// in the same order). xo: where the halves of the rows the next product
+// reads go, u of a SwiGLU, or with nn (mode 1) y nn (or none), and then
+// y's parts into sso, so that the next product, normed with nn, launches
+// no q35_split.
 template <int TOK, bool GLU, int RS, bool RES>
 __device__ __forceinline__ void
 q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
              float *y, int ldy, int rows, int cols, int T, int mode, int ns,
-             const float *x, int ldx, const float *nw, float eps, uint16_t *xo)
+             const float *x, int ldx, const float *nw, float eps, uint16_t *xo,
+             const float *ssi, const float *nn, float *sso)
 {
     constexpr int NTOK = TOK;                 // rows of a launch tile
     constexpr int MT = TOK < 8 ? 1 : TOK / 8; // its MMA tiles
@@ -160,6 +174,7 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
     float *part = reinterpret_cast<float *>(q35_mdyn);
     unsigned char *ring = q35_mdyn + 2 * NTOK * RS * 4;
     __shared__ __align__(8) uint64_t full[Q35_MMA_NS], empty[Q35_MMA_NS];
+    __shared__ float rs[NTOK]; // normed rows' factors
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     unsigned S = q35_cluster_size(), rank = q35_cluster_rank();
     int C = (int)(gridDim.x / S), cl = (int)(blockIdx.x / S);
@@ -257,25 +272,32 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
         return;
     }
     q35_pdl_wait();
+    auto csync = []() { asm volatile("bar.sync 1, 256;" ::: "memory"); };
+    // the normed rows' factors, read at the groups' ends (after a cluster
+    // barrier)
+    if (nw && ssi) {
+        int ld = q35_ss_ld(cols), P = q35_ss_n(cols);
+        for (int t = warp; t < nt; t += 8) {
+            float ss = q35_ss_parts(ssi + (int64_t)(t0 + t) * ld, P, lane);
+            if (lane == 0)
+                rs[t] = 1.0f / sqrtf(ss / (float)cols + eps);
+        }
+    } else if (RES && nw) {
+        // (the partial sums' buffer is free until the first group's end)
+        q35_row_rs(x, cols, eps, tid, part, rs, csync);
+    }
     if (RES) {
         // q35_split's arithmetic for the one row, into its layout for T = 1
-        __shared__ float red[8];
-        float r =
-            nw ? q35_split_rs(x, cols, eps, tid, red,
-                              []() {
-                                  asm volatile("bar.sync 1, 256;" ::: "memory");
-                              })
-               : 1.0f;
         int cpad = (cb - ca + Q35_MMA_KC - 1) / Q35_MMA_KC * Q35_MMA_KC;
         uint16_t *ra = reinterpret_cast<uint16_t *>(resa);
         for (int i = tid; i < cpad; i += 256) {
             int c = ca + i;
             float v = 0.0f;
             if (c < cols)
-                v = nw ? __fmul_rn(__fmul_rn(x[c], r), nw[c]) : x[c];
+                v = nw ? __fmul_rn(x[c], nw[c]) : x[c];
             q35_split_put(ra, 1, 0, i, v);
         }
-        asm volatile("bar.sync 1, 256;" ::: "memory");
+        csync();
     }
     // this warp's 8-row tiles, as stage rows
     int jr[NT];
@@ -375,29 +397,51 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
         q35_cluster_arrive();
         q35_cluster_wait();
         int o0 = oa + g * OROWS, on = min(OROWS, ob - o0);
-        int ra = (int)((int64_t)on * rank / S);
-        int mine = (int)((int64_t)on * (rank + 1) / S) - ra;
-        for (int l = tid; l < mine * nt; l += 256) {
-            int tk = l / mine, r = ra + l % mine;
-            const float *pp = pb + tk * RS + r;
-            float v = q35_dsmem_ld(pp, 0u);
-            for (unsigned c = 1; c < S; c++)
-                v = __fadd_rn(v, q35_dsmem_ld(pp, c));
-            float *o = y + (int64_t)(t0 + tk) * ldy + o0 + r;
-            if (GLU) {
-                float v2 = q35_dsmem_ld(pp + RS / 2, 0u);
+        // block s's run: whole 16-row units, so that a half-warp holds one
+        // sum-of-squares part of a row (the loop is the warp's, for nn)
+        int u16 = (on + 15) / 16;
+        int ra = min(on, 16 * (int)((int64_t)u16 * rank / S));
+        int mine = min(on, 16 * (int)((int64_t)u16 * (rank + 1) / S)) - ra;
+        for (int l0 = warp * 32; l0 < mine * nt; l0 += 256) {
+            int l = l0 + lane;
+            bool in = l < mine * nt;
+            int tk = in ? l / mine : 0, r = ra + (in ? l % mine : 0);
+            float u = 0.0f;
+            if (in) {
+                const float *pp = pb + tk * RS + r;
+                float v = q35_dsmem_ld(pp, 0u);
                 for (unsigned c = 1; c < S; c++)
-                    v2 = __fadd_rn(v2, q35_dsmem_ld(pp + RS / 2, c));
-                float u = __fmul_rn(q35_silu(v), v2);
+                    v = __fadd_rn(v, q35_dsmem_ld(pp, c));
+                if (nw)
+                    v = __fmul_rn(v, rs[tk]);
+                float *o = y + (int64_t)(t0 + tk) * ldy + o0 + r;
+                if (GLU) {
+                    float v2 = q35_dsmem_ld(pp + RS / 2, 0u);
+                    for (unsigned c = 1; c < S; c++)
+                        v2 = __fadd_rn(v2, q35_dsmem_ld(pp + RS / 2, c));
+                    if (nw)
+                        v2 = __fmul_rn(v2, rs[tk]);
+                    u = __fmul_rn(q35_silu(v), v2);
+                    // the halves the next product (down) reads, as
+                    // q35_split would make them of u
+                    if (xo)
+                        q35_split_put(xo, T, t0 + tk, o0 + r, u);
+                } else if (mode == 1) {
+                    u = __fadd_rn(*o, v);
+                } else {
+                    u = v;
+                }
                 *o = u;
-                // the halves the next product (down) reads, as q35_split
-                // would make them of u
-                if (xo)
-                    q35_split_put(xo, T, t0 + tk, o0 + r, u);
-            } else if (mode == 1) {
-                *o = __fadd_rn(*o, v);
-            } else {
-                *o = v;
+            }
+            if (!GLU && nn) {
+                // the residual row as the next product (normed with nn)
+                // reads it: its parts and the halves of y nn
+                float q = q35_sq16_lanes(u);
+                int c = o0 + r;
+                if (in && (lane & 15) == 0)
+                    sso[(int64_t)(t0 + tk) * q35_ss_ld(rows) + c / 16] = q;
+                if (in && xo)
+                    q35_split_put(xo, T, t0 + tk, c, __fmul_rn(u, nn[c]));
             }
         }
     }
@@ -407,7 +451,10 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
 }
 
 // Bulk copies, clusters and their barriers are sm_90's; the host launches
-// these kernels only there, and older targets compile them empty.
+// these kernels only there, and older targets compile them empty. Two
+// blocks an SM is what products of Q35_MMA_ROWS2 rows or more run at;
+// saying so lets ptxas keep the main loop in registers (without it, it
+// took 40 a thread and spilled).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #define Q35_MMA_SM90(...)
 #else
@@ -415,15 +462,16 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
 #endif
 
 #define Q35_MMA(name, TOK, GLU, RS, RES)                                       \
-    extern "C" __global__ void __launch_bounds__(288) name(                    \
+    extern "C" __global__ void __launch_bounds__(288, 2) name(                 \
         const __grid_constant__ q35_tmap wm,                                   \
         const __grid_constant__ q35_tmap w2m, const uint16_t *xs, float *y,    \
         int ldy, int rows, int cols, int T, int mode, int ns, const float *x,  \
-        int ldx, const float *nw, float eps, uint16_t *xo)                     \
+        int ldx, const float *nw, float eps, uint16_t *xo, const float *ssi,   \
+        const float *nn, float *sso)                                           \
     {                                                                          \
-        Q35_MMA_SM90(q35_mma_body<TOK, GLU, RS, RES>(&wm, &w2m, xs, y, ldy,    \
-                                                     rows, cols, T, mode, ns,  \
-                                                     x, ldx, nw, eps, xo));    \
+        Q35_MMA_SM90(q35_mma_body<TOK, GLU, RS, RES>(                          \
+            &wm, &w2m, xs, y, ldy, rows, cols, T, mode, ns, x, ldx, nw, eps,   \
+            xo, ssi, nn, sso));                                                \
     }
 
 Q35_MMA(q35_mma1r, 4, false, 64, true)
