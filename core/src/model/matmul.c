@@ -19,8 +19,23 @@
 
 /* Typed rows are prefetched this far ahead of the loads, one line per 32
  * columns: on the 16-core Xeon host one decode thread went from 8.98 to
- * 9.62 GB/s of weights with it (loom bench, 0.8B BF16). */
-#define PF_BYTES 1024
+ * 9.62 GB/s of weights with it at 1024 bytes (loom bench, 0.8B BF16); with
+ * pf_off's hand-over to the next pass, 2048 read 25.3-27.0 GB/s against
+ * 21.7-25.6 at 1024 and 24.4-25.9 at 4096 on one thread of the 2-core
+ * EPYC development VM (0.8B; 2B 27.2-27.3 against 23.8-24.8). */
+#define PF_BYTES 2048
+
+/* Where column i's prefetch goes in a pass that streams R rows of rb bytes
+ * (16-bit weights) laid out one after another, one stream a row: PF_BYTES
+ * ahead in the row, and once that passes the row's end, the same distance
+ * into this row's successor in the next pass, since the rows in between
+ * are the other streams'. Short rows (0.8B's 2 KiB) otherwise left most of
+ * the next pass's rows to demand misses. */
+static inline int64_t pf_off(int64_t i, int64_t rb, int R)
+{
+    int64_t o = 2 * i + PF_BYTES;
+    return o < rb ? o : o + (int64_t)(R - 1) * rb;
+}
 /* Rows converted to float32 together when several tokens share a call, so
  * the tokens are read once per tile rather than once per row. */
 #define TILE_ROWS 16
@@ -172,7 +187,7 @@ KERN_NT(W_F16)
  * kern_avx2 fills them for one token: four rows' loads in flight and eight
  * independent chains. Lanes go to acc[16 r ...] as a then b. */
 AVX2_INLINE void dec4_avx2(const void *const *w, int type, const float *x,
-                           int64_t c16, float *acc)
+                           int64_t c16, int64_t rb, float *acc)
 {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
@@ -180,7 +195,7 @@ AVX2_INLINE void dec4_avx2(const void *const *w, int type, const float *x,
         __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
         if (type != W_F32 && (i & 31) == 0)
             for (int r = 0; r < 4; r++)
-                _mm_prefetch((const char *)w[r] + 2 * i + PF_BYTES,
+                _mm_prefetch((const char *)w[r] + pf_off(i, rb, 4),
                              _MM_HINT_T0);
         a0 = _mm256_fmadd_ps(load_w8(w[0], i, type), x0, a0);
         b0 = _mm256_fmadd_ps(load_w8(w[0], i + 8, type), x1, b0);
@@ -203,9 +218,9 @@ AVX2_INLINE void dec4_avx2(const void *const *w, int type, const float *x,
 
 #define DEC4_FN(type)                                                          \
     AVX2 static void dec4_##type(const void *const *w, const float *x,         \
-                                 int64_t c16, float *acc)                      \
+                                 int64_t c16, int64_t rb, float *acc)          \
     {                                                                          \
-        dec4_avx2(w, type, x, c16, acc);                                       \
+        dec4_avx2(w, type, x, c16, rb, acc);                                   \
     }
 DEC4_FN(W_F32)
 DEC4_FN(W_BF16)
@@ -259,11 +274,12 @@ AVX512_INLINE __m512 load_w16(const void *w, int64_t i, int type)
 }
 
 /* acc[r * NT + t] (16 floats each) += rows w[r] . tokens x[t] over columns
- * [k0, k1), k1 - k0 a multiple of 16; `first` starts from zero. R, NT and
- * type are constants at every call. */
+ * [k0, k1), k1 - k0 a multiple of 16; `first` starts from zero; typed rows
+ * of rb bytes are prefetched as pf_off places them. R, NT and type are
+ * constants at every call. */
 AVX512_INLINE void tile512(const void *const *w, int type, int R,
                            const float *const *x, int NT, int64_t k0,
-                           int64_t k1, float *acc, int first)
+                           int64_t k1, int64_t rb, float *acc, int first)
 {
     __m512 a[MR * NT_GEMM];
 #pragma GCC unroll 24
@@ -274,7 +290,7 @@ AVX512_INLINE void tile512(const void *const *w, int type, int R,
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             if (type != W_F32 && (i & 31) == 0)
-                _mm_prefetch((const char *)w[r] + 2 * i + PF_BYTES,
+                _mm_prefetch((const char *)w[r] + pf_off(i, rb, R),
                              _MM_HINT_T0);
             wv[r] = load_w16(w[r], i, type);
         }
@@ -293,9 +309,10 @@ AVX512_INLINE void tile512(const void *const *w, int type, int R,
 
 #define TILE_FN(name, type, NT)                                                \
     AVX512 static void name(const void *const *w, const float *const *x,       \
-                            int64_t k0, int64_t k1, float *acc, int first)     \
+                            int64_t k0, int64_t k1, int64_t rb, float *acc,    \
+                            int first)                                         \
     {                                                                          \
-        tile512(w, type, MR, x, NT, k0, k1, acc, first);                       \
+        tile512(w, type, MR, x, NT, k0, k1, rb, acc, first);                   \
     }
 TILE_FN(tile_bf16_1, W_BF16, 1)
 TILE_FN(tile_bf16_2, W_BF16, 2)
@@ -323,7 +340,7 @@ AVX512 static void row_to_f32(const void *w, int type, int64_t cols, float *out)
 }
 
 typedef void (*tile_fn)(const void *const *w, const float *const *x, int64_t k0,
-                        int64_t k1, float *acc, int first);
+                        int64_t k1, int64_t rb, float *acc, int first);
 
 static tile_fn tile_for(int type, int nt)
 {
@@ -423,11 +440,11 @@ static void mm_rows_avx2(const struct mm_job *j, int64_t r0, int64_t r1)
                 wr[k] = (const char *)w->data +
                         (size_t)(r + (k < nr ? k : nr - 1)) * rb;
             if (type == W_BF16)
-                dec4_W_BF16(wr, j->x, c16, acc);
+                dec4_W_BF16(wr, j->x, c16, (int64_t)rb, acc);
             else if (type == W_F16)
-                dec4_W_F16(wr, j->x, c16, acc);
+                dec4_W_F16(wr, j->x, c16, (int64_t)rb, acc);
             else
-                dec4_W_F32(wr, j->x, c16, acc);
+                dec4_W_F32(wr, j->x, c16, (int64_t)rb, acc);
             for (int k = 0; k < nr; k++)
                 j->y[r + k] =
                     row_total(acc + 16 * k, wr[k], type, j->x, c16, cols);
@@ -504,7 +521,7 @@ static void mm_rows_typed512(const struct mm_job *j, int type, int64_t r0,
             for (int k = 0; k < MR; k++)
                 wr[k] = (const char *)w->data +
                         (size_t)(r + (k < nr ? k : nr - 1)) * rb;
-            fn(wr, xt, 0, c16, acc, 1);
+            fn(wr, xt, 0, c16, (int64_t)rb, acc, 1);
             for (int k = 0; k < nr; k++)
                 for (int t = 0; t < nt; t++)
                     j->y[(t0 + t) * rows + r + k] = row_total(
@@ -559,7 +576,8 @@ static void mm_rows_gemm512(const struct mm_job *j, int type, int64_t r0,
                     const void *wr[MR];
                     for (int k = 0; k < MR; k++)
                         wr[k] = rp[m + k < nr ? m + k : nr - 1];
-                    tile_f32_6(wr, xt, k0, k1, acc + m * NT_GEMM * 16, k0 == 0);
+                    tile_f32_6(wr, xt, k0, k1, 0, acc + m * NT_GEMM * 16,
+                               k0 == 0);
                 }
                 if (k1 >= c16)
                     break;
