@@ -72,17 +72,13 @@ static loom_cu_ptr q35_xs_for(const q35_gpu *g, const q35_gpu_lin *w, int cols,
                                                                   : 0;
 }
 
-/* After a residual add that handed nn on (0: none), what s.ssp and s.xs3
- * hold; st passes through. */
-static loom_status q35_xn_wrote(q35_gpu *g, loom_cu_ptr nn, loom_cu_ptr y,
-                                int T, loom_status st)
+/* What s.ssp and s.xs3 now hold: the parts of x's T rows, and the halves
+ * of x nw (nw 0: none). */
+static void q35_xn_set(q35_gpu *g, loom_cu_ptr x, int T, loom_cu_ptr nw)
 {
-    if (st == LOOM_OK && nn) {
-        g->xn_src = y;
-        g->xn_T = T;
-        g->xn_nw = T > 1 ? nn : 0;
-    }
-    return st;
+    g->xn_src = x;
+    g->xn_T = T;
+    g->xn_nw = nw;
 }
 
 /* After a launch that wrote the halves of y's T rows into xo (0: none),
@@ -95,6 +91,24 @@ static loom_status q35_xs_wrote(q35_gpu *g, loom_cu_ptr xo, loom_cu_ptr y,
         g->xs_T = T;
     }
     return st;
+}
+
+/* What xs2 holds serves the product about to launch alone. */
+static void q35_xs_take(q35_gpu *g)
+{
+    g->xs_pending = g->xs_src;
+    g->xs_src = 0;
+}
+
+/* After a tensor-core product: a residual add that handed nn on (0: none)
+ * wrote y's parts, and into xo its halves times nn (xo 0: the parts
+ * alone); any other product's xo is the next product's halves in xs2. */
+static loom_status q35_mma_wrote(q35_gpu *g, loom_cu_ptr nn, loom_cu_ptr xo,
+                                 loom_cu_ptr y, int T, loom_status st)
+{
+    if (st == LOOM_OK && nn)
+        q35_xn_set(g, y, T, xo ? nn : 0);
+    return q35_xs_wrote(g, nn ? 0 : xo, y, T, st);
 }
 
 /* The norm weight nw of the next product, w, for the residual-adding
@@ -162,8 +176,7 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
         loom_status st = q35_gpu_launch_cluster(
             g, g->fn.mmar[glu], (unsigned)(C * S), 1, 288,
             q35_mma1r_smem(run, ns), (unsigned)S, args, "q35_mma1r", R->err);
-        return q35_xn_wrote(g, nn, y, T,
-                            q35_xs_wrote(g, nn ? 0 : xo, y, T, st));
+        return q35_mma_wrote(g, nn, xo, y, T, st);
     }
     if (nw && !have) {
         /* the halves of x nw and x's parts, for this product and any other
@@ -172,9 +185,7 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
         xs = g->s.xs3;
         Q35_LAUNCH(split, (cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T, 256,
                    0, &x, &ldx, &xs, &cols, &T, &nw, &sp);
-        g->xn_src = x;
-        g->xn_T = T;
-        g->xn_nw = nw;
+        q35_xn_set(g, x, T, nw);
         ssi = sp;
     } else if (nw) {
         xs = g->s.xs3;
@@ -197,7 +208,7 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
         g, g->fn.mma[glu][k], (unsigned)(C * S),
         (unsigned)((T + tok - 1) / tok), 288, q35_mma_smem(k, ns), (unsigned)S,
         args, "q35_mma", R->err);
-    return q35_xn_wrote(g, nn, y, T, q35_xs_wrote(g, nn ? 0 : xo, y, T, st));
+    return q35_mma_wrote(g, nn, xo, y, T, st);
 }
 
 /* An affine-4 product on tensor cores (q35_q4m), normed in the kernel:
@@ -491,9 +502,7 @@ static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
                            loom_cu_ptr sel, int sel_stride, loom_cu_ptr nw)
 {
     q35_gpu *g = R->g;
-    /* what xs2 holds serves this product alone */
-    g->xs_pending = g->xs_src;
-    g->xs_src = 0;
+    q35_xs_take(g);
     /* a residual add changes the rows s.ssp and s.xs3 were made of */
     if (mode == 1)
         g->xn_src = 0;
@@ -521,6 +530,19 @@ static loom_status q35_lin(const q35_run *R, const q35_gpu_lin *w,
             return st_;                                                        \
     } while (0)
 
+/* s.h += W x over the round's rows, handing nn on to the next product
+ * (q35_gpu.nn_next; 0: none). */
+static loom_status q35_lin_add(const q35_run *R, const q35_gpu_lin *w,
+                               loom_cu_ptr x, int ldx, loom_cu_ptr nn)
+{
+    q35_gpu *g = R->g;
+    int H = (int)R->m->g.hidden;
+    g->nn_next = nn;
+    loom_status st = q35_lin(R, w, NULL, x, ldx, g->s.h, H, R->T, 1, 0, 0, 0);
+    g->nn_next = 0;
+    return st;
+}
+
 /* out = RMSNorm(x) * w over n_rows rows (picked by map, or the first);
  * with xo, also their halves for a tensor-core product (q35_xs_for). */
 static loom_status q35_gpu_norm(const q35_run *R, loom_cu_ptr x,
@@ -543,9 +565,8 @@ static loom_status q35_gpu_logits(const q35_run *R, loom_cu_ptr map, int n)
                                   q35_xs_for(g, &g->lm_head, H, n));
     if (st != LOOM_OK)
         return st;
-    /* the head is no prompt chunk's product: q35_lin's hand-over here */
-    g->xs_pending = g->xs_src;
-    g->xs_src = 0;
+    /* the head is no prompt chunk's product (q35_lin_rows, not q35_lin) */
+    q35_xs_take(g);
     return q35_lin_rows(R, &g->lm_head, NULL, g->s.xn, H, g->s.logits, V, n, 0,
                         0, 0, 0);
 }
@@ -606,10 +627,7 @@ static loom_status q35_gpu_attention(const q35_run *R, q35_gpu_layer *L,
                    R->g->attn_chunk_smem, &qp, &ldq, &s->o, &s->streams,
                    &s->rows, &si, &slot, &nh, &nkv, &hd);
     }
-    R->g->nn_next = R->g->nn_post;
-    Q35_LIN(&L->o, NULL, s->o, nh * hd, s->h, H, T, 1, 0, 0, 0);
-    R->g->nn_next = 0;
-    return LOOM_OK;
+    return q35_lin_add(R, &L->o, s->o, nh * hd, R->g->nn_post);
 }
 
 static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
@@ -733,10 +751,7 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
         Q35_LAUNCH(gdnc_norm, n, (Hv + 7) / 8, 256, 0, &s->o, &zp, &ldz,
                    &L->gnorm, &s->streams, &si, &Hv, &dv, &eps);
     }
-    g->nn_next = g->nn_post;
-    Q35_LIN(&L->out, NULL, s->o, vd, s->h, H, T, 1, 0, 0, 0);
-    g->nn_next = 0;
-    return LOOM_OK;
+    return q35_lin_add(R, &L->out, s->o, vd, g->nn_post);
 }
 
 static loom_status q35_gpu_mlp(const q35_run *R, q35_gpu_layer *L)
@@ -753,10 +768,7 @@ static loom_status q35_gpu_mlp(const q35_run *R, q35_gpu_layer *L)
     R->g->xs_next = 0;
     if (st != LOOM_OK)
         return st;
-    R->g->nn_next = R->g->nn_layer;
-    Q35_LIN(&L->down, NULL, s->big0, F, s->h, H, T, 1, 0, 0, 0);
-    R->g->nn_next = 0;
-    return LOOM_OK;
+    return q35_lin_add(R, &L->down, s->big0, F, R->g->nn_layer);
 }
 
 /* Qwen3-Next's sparse block: route, then each row's top_k experts in id
@@ -816,7 +828,6 @@ static loom_status q35_gpu_layers(const q35_run *R, int32_t n_logits,
     g->xb_src = 0;
     g->xs_src = 0;
     g->xn_src = 0;
-    g->nn_next = 0;
     if (g->embed.bits) {
         int gsz = g->embed.group;
         Q35_LAUNCH(embed_q4, R->T, 1, 256, 0, &g->embed.p, &g->embed.pairs,

@@ -119,7 +119,7 @@ __device__ __forceinline__ void q35_row_rs(const float *x, int cols, float eps,
         sync();
     }
     if (tid < 32) {
-        s = q35_ss_lanes(s);
+        s = q35_warp_sum(s);
         if (tid == 0)
             *rs = 1.0f / sqrtf(s / (float)cols + eps);
     }

@@ -2,11 +2,14 @@
 // four 8x8 matrices of 16-bit elements from shared memory, and one BF16
 // m16n8k16 product added into float32; and where a value's BF16 halves go
 // in the products' split layout (written by q35_split, or by the kernel
-// that makes a product's input).
+// that makes a product's input); and a row's sum of squares in the order
+// every normed product takes it.
 #ifndef QWEN35_CUDA_MMA_CUH
 #define QWEN35_CUDA_MMA_CUH
 
 #include <stdint.h>
+
+#include "common.cuh"
 
 #include <cuda_bf16.h>
 
@@ -50,7 +53,7 @@ __device__ __forceinline__ void q35_split_put(uint16_t *xs, int T, int t, int i,
 // the product that wrote it gets the same bits: part p is the pairwise tree
 // of x[16p .. 16p + 15]^2 (each square rounded, zeros past the row's end),
 // then lane j of a warp adds parts j, j + 32, ... in order and the warp's
-// butterfly adds the lanes (q35_ss_parts).
+// butterfly (q35_warp_sum) adds the lanes (q35_ss_parts).
 //
 // Part p from 16 lanes of a half-warp, lane i holding x[16p + i] (every
 // lane of the warp calls it).
@@ -61,32 +64,6 @@ __device__ __forceinline__ float q35_sq16_lanes(float v)
     for (int o = 1; o < 16; o <<= 1)
         a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, o));
     return a;
-}
-
-// The same part from one thread: x[c .. c + 15], zeros from cols on.
-__device__ __forceinline__ float q35_sq16(const float *x, int c, int cols)
-{
-    float a[16];
-#pragma unroll
-    for (int i = 0; i < 16; i++) {
-        float v = c + i < cols ? x[c + i] : 0.0f;
-        a[i] = __fmul_rn(v, v);
-    }
-#pragma unroll
-    for (int d = 1; d < 16; d <<= 1)
-#pragma unroll
-        for (int i = 0; i < 16; i += 2 * d)
-            a[i] = __fadd_rn(a[i], a[i + d]);
-    return a[0];
-}
-
-// The butterfly that adds a warp's lane sums of parts.
-__device__ __forceinline__ float q35_ss_lanes(float s)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
-    return s;
 }
 
 // s plus parts lane, lane + 32, ..., lane + 224 of part[0 .. n), in that
@@ -112,7 +89,7 @@ __device__ __forceinline__ float q35_ss_parts(const float *part, int P,
     float s = 0.0f;
     for (int p0 = 0; p0 < P; p0 += 256)
         s = q35_ss_add8(part + p0, P - p0, lane, s);
-    return q35_ss_lanes(s);
+    return q35_warp_sum(s);
 }
 
 #endif
