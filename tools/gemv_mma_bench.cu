@@ -57,11 +57,10 @@ static const void *mmar_fn[2] = {(const void *)q35_mma1r,
                                  (const void *)q35_mma1r_glu};
 static const void *mma_fn[2][Q35_MMA_TILES] = {
     {(const void *)q35_mma4, (const void *)q35_mma8, (const void *)q35_mma16,
-     (const void *)q35_mma32, (const void *)q35_mma32w,
-     (const void *)q35_mma16w},
+     (const void *)q35_mma32, (const void *)q35_mma4w, (const void *)q35_mma8w},
     {(const void *)q35_mma4_glu, (const void *)q35_mma8_glu,
      (const void *)q35_mma16_glu, (const void *)q35_mma32_glu,
-     (const void *)q35_mma32w_glu, (const void *)q35_mma16w_glu}};
+     (const void *)q35_mma4w_glu, (const void *)q35_mma8w_glu}};
 
 static bool timing;
 
@@ -121,7 +120,7 @@ static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
         bench_launch((const void *)q35_split,
                      dim3((cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T),
                      dim3(256), 0, sa, st, 0);
-    int k = q35_mma_kind(T, r);
+    int k = q35_mma_kind(T, r && !getenv("NOWG"));
     int tok = q35_mma_tok(k);
     long C = clusters[r][glu][k][c];
     if (C > units)

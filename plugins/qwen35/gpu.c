@@ -730,6 +730,8 @@ static void q35_gpu_mma_open(q35_gpu *g)
              LOOM_HAS_FIELD(cu->struct_size, loom_cuda, tensorMapEncodeTiled) &&
              cu->occupancyMaxActiveClusters != NULL &&
              cu->tensorMapEncodeTiled != NULL;
+    /* the fatbin's sm_90a code, which the driver picks for 9.0 alone */
+    g->mma_wg = cu->cc_major == 9 && cu->cc_minor == 0;
     for (int k = 0; k < Q35_MMA_TILES && g->mma; k++) {
         /* two rings: one block per SM with a deep ring (0), and two blocks
          * per SM (a block's bulk copies are served one after another, so

@@ -168,8 +168,9 @@ typedef struct q35_gpu {
     /* decode products of BF16 weights take the mma kernels: their ring
      * stages by [ring][tile] (ring 0 one block per SM, 1 two) and the
      * clusters the device holds at once by [ring][SwiGLU][tile][cluster of
-     * 1, 2] */
-    int mma;
+     * 1, 2]; mma_wg: the kinds of 128-row stages are warpgroup products
+     * (the device runs the sm_90a code) */
+    int mma, mma_wg;
     int mma_ns[2][Q35_MMA_TILES];
     int mma_clusters[2][2][Q35_MMA_TILES][2];
     /* the round's prompt chunks (loom_plan_prompt_chunk): their streams,

@@ -196,7 +196,7 @@ static loom_status q35_lin_mma(const q35_run *R, const q35_gpu_lin *w,
         Q35_LAUNCH(split, (cols + Q35_SPLIT_COLS - 1) / Q35_SPLIT_COLS, T, 256,
                    0, &x, &ldx, &xs, &cols, &T, &nw, &none);
     }
-    int k = q35_mma_kind(T, r);
+    int k = q35_mma_kind(T, g->mma_wg && r);
     int tok = q35_mma_tok(k);
     int64_t C = g->mma_clusters[r][glu][k][c];
     if (C > units)

@@ -223,32 +223,30 @@ static inline int q35_mma_splits(int cols)
     return (cols + Q35_MMA_KC - 1) / Q35_MMA_KC >= 16 ? 2 : 1;
 }
 
-/* Rows of a launch tile of kind k: 4, 8, 16, 32, then 32 and 16 again
- * with stages of 128 weight rows (kinds 4 and 5, for products of
- * Q35_MMA_ROWS2 rows or more: each warp's two 8-row tiles share its
- * activation loads, which at 32 rows are as many bytes as the weights). */
+/* Rows of a launch tile of kind k: 4, 8, 16, 32, then 4 and 8 again in
+ * stages of 128 weight rows (kinds 4 and 5). */
 static inline int q35_mma_tok(int k)
 {
-    return k < 4 ? 4 << k : k == 4 ? 32 : 16;
+    return 4 << (k < 4 ? k : k - 4);
 }
 
-/* Weight rows of a stage of kind k. */
+/* Weight rows of a stage of kind k: 128 from kind 2 on (on sm_90a two
+ * warpgroups' products of 64 rows each), else 64. */
 static inline int q35_mma_rs(int k)
 {
-    return k >= 4 ? 128 : Q35_MMA_RS;
+    return k >= 2 ? 128 : Q35_MMA_RS;
 }
 
-/* The kind for T rows, r set for products of Q35_MMA_ROWS2 rows or more.
- * Stages of 128 rows pay from 9 rows on; at 8 and fewer the stages of 64
- * are faster (measured on 9B: 8 streams 1,218 against 1,140 tok/s, a
- * 16-row window 9.2 against 8.5 ms). The kind never changes a row's sums. */
-static inline int q35_mma_kind(int T, int r)
+/* The kind for T rows, wg set where the 128-row stages are warpgroup
+ * products and the product has Q35_MMA_ROWS2 rows or more; it never changes
+ * a row's sums. Below 9 rows the 64-row stages of mma.sync are faster on
+ * products of fewer rows, and without warpgroups on all (9B: 8 streams
+ * 1,218 against 1,140 tok/s with 128-row stages of mma.sync). */
+static inline int q35_mma_kind(int T, int wg)
 {
-    if (T <= 8)
-        return T <= 4 ? 0 : 1;
-    if (T <= 16)
-        return r ? 5 : 2;
-    return r ? 4 : 3;
+    if (T > 8)
+        return T <= 16 ? 2 : 3;
+    return (T <= 4 ? 0 : 1) + (wg ? 4 : 0);
 }
 
 /* Bytes of a ring stage of kind k: 32 KiB of weights, then the tile's rows

@@ -65,6 +65,10 @@ function(loom_add_fatbin target prefix)
 
   set(gencode)
   foreach(arch ${LOOM_CUDA_ARCHS})
+    # SASS for 9.0 as sm_90a, whose features (wgmma) only 9.0 runs anyway
+    if(arch STREQUAL "90")
+      set(arch 90a)
+    endif()
     list(APPEND gencode -gencode=arch=compute_${arch},code=sm_${arch})
   endforeach()
   list(GET LOOM_CUDA_ARCHS -1 newest)

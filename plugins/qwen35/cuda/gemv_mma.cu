@@ -164,6 +164,13 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
     constexpr int AQ = 2 * TOK * 128;        // ... and of its activations
     constexpr int BOXB = Q35_MMA_BOX * 128;
     constexpr int NBOX = RS / Q35_MMA_BOX;
+    // stages of 128 rows on sm_90a: a warpgroup's product of 64 of them by
+    // the tile's 2 NTOK halves (ND accumulators a thread) reads each operand
+    // from shared memory once, where the warps' mma.sync each read all the
+    // tile's halves
+    constexpr bool WG = Q35_HAVE_WGMMA && RS == 128;
+    constexpr int ND = WG ? NTOK : 1;
+    static_assert(!WG || KS == Q35_MMA_KC, "a warpgroup stage is one slice");
     const int sbytes = NQ * (WQ + (RES ? 0 : AQ));
     extern __shared__ __align__(1024) unsigned char q35_mdyn[];
     // the partial sums first (a multiple of 1024 bytes), then the ring,
@@ -191,6 +198,13 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
     int nk = (cb - ca + KS - 1) / KS;
     int nu = ng * nk;
     int t0 = blockIdx.y * NTOK, nt = min(NTOK, T - t0);
+    // a stage's 64-column blocks to load: those holding the run's columns;
+    // the warpgroups' stages (one 128-column slice) whole, the weights past
+    // cols zeros from the tensor copy, the halves' zeros from the split
+    // layout, so that their products add nothing and take no branch
+    auto blocks_of = [&](int c0) {
+        return WG ? NQ : min(NQ, (cb - c0 + 63) / 64);
+    };
     // RES (one row): the block's columns of the row's halves, made here
     unsigned char *resa = ring + (int64_t)ns * sbytes;
     q35_pdl_allow();
@@ -208,7 +222,7 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
         auto weights = [&](int i) {
             int st = i % ns;
             int o0 = oa + (i / nk) * OROWS, on = min(OROWS, ob - o0);
-            int c0 = ca + (i % nk) * KS, nq = min(NQ, (cb - c0 + 63) / 64);
+            int c0 = ca + (i % nk) * KS, nq = blocks_of(c0);
             unsigned char *sg = ring + (int64_t)st * sbytes;
             if (i >= ns)
                 q35_bar_wait(&empty[st], (uint32_t)(i / ns - 1) & 1u);
@@ -234,7 +248,7 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
         int pending = 0;
         auto acts = [&](int i) {
             int st = i % ns;
-            int c0 = ca + (i % nk) * KS, nq = min(NQ, (cb - c0 + 63) / 64);
+            int c0 = ca + (i % nk) * KS, nq = blocks_of(c0);
             unsigned char *a = ring + (int64_t)st * sbytes + NQ * WQ;
             for (int q = 0; q < (RES ? 0 : nq); q++)
                 q35_bulk_load(a + q * AQ,
@@ -312,6 +326,24 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
     // (a tile of 4 rows: the MMA's rows 4..7 repeat 0..3)
     int arow = 2 * (TOK < 8 ? r8 & 3 : r8) + (mi & 1), ax = arow & 7;
     float acc[MT][NT][4];
+    float d[ND];
+    int wg = warp >> 2;
+    // the warpgroup's products of a stage: 64 rows (wg) by the halves
+    auto wrun = [&](uint32_t sb) {
+        if constexpr (WG) {
+            q35_wg_fence();
+#pragma unroll
+            for (int s = 0; s < KS / 16; s++) {
+                uint32_t off = (uint32_t)(s >> 2), k32 = (uint32_t)(s & 3) * 32;
+                q35_wgmma<2 * NTOK>(
+                    d,
+                    q35_wg_desc(sb + off * WQ + (uint32_t)wg * 64 * 128 + k32),
+                    q35_wg_desc(sb + NQ * WQ + off * AQ + k32));
+            }
+            q35_wg_commit_wait();
+            q35_wg_hold<ND>(d);
+        }
+    };
     auto run = [&](uint32_t sb, int steps, int c0) {
 #pragma unroll
         for (int s = 0; s < KS / 16; s += 2) {
@@ -362,7 +394,11 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
             st = 0, ph ^= 1u;
         if (++kk == nk)
             kk = 0, g++;
-        if (kk == 0) {
+        if (kk == 0 && WG) {
+#pragma unroll
+            for (int e = 0; e < ND; e++)
+                d[e] = 0.0f;
+        } else if (kk == 0) {
 #pragma unroll
             for (int m = 0; m < MT; m++)
 #pragma unroll
@@ -375,7 +411,14 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
         int steps = min(KS, cb - c0) / 16;
         uint32_t sb = q35_smem_addr(ring + (int64_t)st * sbytes);
         q35_bar_wait(&full[st], ph);
-        run(sb, steps, c0);
+        if (!WG)
+            run(sb, steps, c0);
+        else if (GLU || 64 * wg < ob - (oa + g * OROWS)) {
+            // (the group's rows past its end: none to make; the warps
+            // reconverged after their waits, as wgmma needs)
+            __syncwarp();
+            wrun(sb);
+        }
         __syncwarp();
         if (lane == 0)
             q35_bar_arrive(&empty[st]);
@@ -384,8 +427,16 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
         // the group's end: this block's partial sums, hi + lo
         float *pb = part + (g & 1) * NTOK * RS;
         int q = lane & 3, gr = lane >> 2;
+        // (wgmma: token 4 j + q's hi and lo of rows r0 and r0 + 8)
+        int r0 = 64 * wg + 16 * (warp & 3) + gr;
 #pragma unroll
-        for (int m = 0; m < MT; m++)
+        for (int j = 0; j < (WG ? NTOK / 4 : 0); j++) {
+            float *pr = pb + (4 * j + q) * RS + r0;
+            pr[0] = __fadd_rn(d[4 * j], d[4 * j + 1]);
+            pr[8] = __fadd_rn(d[4 * j + 2], d[4 * j + 3]);
+        }
+#pragma unroll
+        for (int m = 0; m < (WG ? 0 : MT); m++)
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 float *pr = pb + (m * 8 + gr) * RS + jr[j] + 2 * q;
@@ -477,14 +528,14 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
 Q35_MMA(q35_mma1r, 4, false, 64, true)
 Q35_MMA(q35_mma4, 4, false, 64, false)
 Q35_MMA(q35_mma8, 8, false, 64, false)
-Q35_MMA(q35_mma16, 16, false, 64, false)
-Q35_MMA(q35_mma32, 32, false, 64, false)
-Q35_MMA(q35_mma32w, 32, false, 128, false)
-Q35_MMA(q35_mma16w, 16, false, 128, false)
+Q35_MMA(q35_mma16, 16, false, 128, false)
+Q35_MMA(q35_mma32, 32, false, 128, false)
+Q35_MMA(q35_mma4w, 4, false, 128, false)
+Q35_MMA(q35_mma8w, 8, false, 128, false)
 Q35_MMA(q35_mma1r_glu, 4, true, 64, true)
 Q35_MMA(q35_mma4_glu, 4, true, 64, false)
 Q35_MMA(q35_mma8_glu, 8, true, 64, false)
-Q35_MMA(q35_mma16_glu, 16, true, 64, false)
-Q35_MMA(q35_mma32_glu, 32, true, 64, false)
-Q35_MMA(q35_mma32w_glu, 32, true, 128, false)
-Q35_MMA(q35_mma16w_glu, 16, true, 128, false)
+Q35_MMA(q35_mma16_glu, 16, true, 128, false)
+Q35_MMA(q35_mma32_glu, 32, true, 128, false)
+Q35_MMA(q35_mma4w_glu, 4, true, 128, false)
+Q35_MMA(q35_mma8w_glu, 8, true, 128, false)

@@ -32,6 +32,103 @@ __device__ __forceinline__ void q35_mma(float *d, const uint32_t *a,
                    "r"(b1));
 }
 
+// Warpgroup products (sm_90a's wgmma): 64 weight rows of shared memory by
+// N token halves of shared memory, both K-major in the 128-byte swizzle the
+// bulk tensor copies write (8-row atoms 1024 bytes apart), added into
+// float32 accumulators. Built only where the target has them
+// (Q35_HAVE_WGMMA); elsewhere the same tiles take q35_mma.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define Q35_HAVE_WGMMA 1
+#else
+#define Q35_HAVE_WGMMA 0
+#endif
+
+// A matrix descriptor for an operand at shared address addr (1024-aligned,
+// plus the step's 32-byte offsets into its 128-byte rows, which the swizzle
+// resolves): the 8-row atoms 1024 bytes apart, the 128-byte swizzle.
+__device__ __forceinline__ uint64_t q35_wg_desc(uint32_t addr)
+{
+    return (uint64_t)((addr & 0x3ffffu) >> 4) | (uint64_t)1 << 16 |
+           (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+}
+
+__device__ __forceinline__ void q35_wg_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void q35_wg_commit_wait()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n"
+                 "wgmma.wait_group.sync.aligned 0;" ::
+                     : "memory");
+}
+// Keeps the compiler from moving the accumulators' other uses across the
+// asynchronous products.
+template <int ND> __device__ __forceinline__ void q35_wg_hold(float *d)
+{
+#pragma unroll
+    for (int i = 0; i < ND; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define Q35_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+// d += A B for k = 16: A 64 rows at descriptor a, B N token halves at b.
+// Thread l of warp w of the group holds, for j < N / 8, rows
+// 16 w + l / 4 (+ 8 for d[4j + 2], d[4j + 3]) of columns 8 j + 2 (l % 4)
+// and the next (d[4j], d[4j + 1]).
+template <int N>
+__device__ __forceinline__ void q35_wgmma(float *d, uint64_t a, uint64_t b);
+template <>
+__device__ __forceinline__ void q35_wgmma<8>(float *d, uint64_t a, uint64_t b)
+{
+#if Q35_HAVE_WGMMA
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}"
+                 : Q35_F4(0)
+                 : "l"(a), "l"(b), "r"(1));
+#endif
+}
+template <>
+__device__ __forceinline__ void q35_wgmma<16>(float *d, uint64_t a, uint64_t b)
+{
+#if Q35_HAVE_WGMMA
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}"
+                 : Q35_F4(0), Q35_F4(4)
+                 : "l"(a), "l"(b), "r"(1));
+#endif
+}
+template <>
+__device__ __forceinline__ void q35_wgmma<32>(float *d, uint64_t a, uint64_t b)
+{
+#if Q35_HAVE_WGMMA
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
+                 "%13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}"
+                 : Q35_F4(0), Q35_F4(4), Q35_F4(8), Q35_F4(12)
+                 : "l"(a), "l"(b), "r"(1));
+#endif
+}
+template <>
+__device__ __forceinline__ void q35_wgmma<64>(float *d, uint64_t a, uint64_t b)
+{
+#if Q35_HAVE_WGMMA
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
+                 "%13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+                 "%24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, "
+                 "1, 0, 0;\n}"
+                 : Q35_F4(0), Q35_F4(4), Q35_F4(8), Q35_F4(12), Q35_F4(16),
+                   Q35_F4(20), Q35_F4(24), Q35_F4(28)
+                 : "l"(a), "l"(b), "r"(1));
+#endif
+}
+#undef Q35_F4
+
 // Column i of row t's x' = v as its halves, at their places in the split
 // layout of T rows.
 __device__ __forceinline__ void q35_split_put(uint16_t *xs, int T, int t, int i,
