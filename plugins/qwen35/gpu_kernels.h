@@ -258,10 +258,11 @@ static inline unsigned q35_mma_stage(int k)
 }
 
 /* Dynamic shared memory of a block of kind k with ns stages: two buffers
- * of partial sums, then the ring. */
+ * of partial sums (32 rows: one, so that two blocks fit on an SM), then
+ * the ring. */
 static inline unsigned q35_mma_smem(int k, int ns)
 {
-    return (unsigned)(2 * q35_mma_tok(k) * q35_mma_rs(k) * 4 +
+    return (unsigned)((k == 3 ? 1 : 2) * q35_mma_tok(k) * q35_mma_rs(k) * 4 +
                       ns * q35_mma_stage(k));
 }
 

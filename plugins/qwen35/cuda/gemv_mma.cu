@@ -171,6 +171,12 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
     constexpr bool WG = Q35_HAVE_WGMMA && RS == 128;
     constexpr int ND = WG ? NTOK : 1;
     static_assert(!WG || KS == Q35_MMA_KC, "a warpgroup stage is one slice");
+    // one buffer of partial sums (32 rows: room for two blocks per SM),
+    // written again only after a second cluster barrier a group says every
+    // block has read it; else two, the next group's written while the
+    // cluster reads these
+    constexpr bool ONE = TOK == 32;
+    constexpr int NBUF = ONE ? 1 : 2;
     const int sbytes = NQ * (WQ + (RES ? 0 : AQ));
     extern __shared__ __align__(1024) unsigned char q35_mdyn[];
     // the partial sums first (a multiple of 1024 bytes), then the ring,
@@ -179,7 +185,7 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
     if (q35_smem_addr(q35_mdyn) & 1023u)
         __trap();
     float *part = reinterpret_cast<float *>(q35_mdyn);
-    unsigned char *ring = q35_mdyn + 2 * NTOK * RS * 4;
+    unsigned char *ring = q35_mdyn + NBUF * NTOK * RS * 4;
     __shared__ __align__(8) uint64_t full[Q35_MMA_NS], empty[Q35_MMA_NS];
     __shared__ float rs[NTOK]; // normed rows' factors
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -190,6 +196,10 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
     int ub = (int)((int64_t)nun * (cl + 1) / C);
     int oa = ua * UNIT, ob = min(ub * UNIT, rows);
     int ng = (ub - ua + RS / 16 - 1) / (RS / 16);
+    // the cluster barriers each thread passes: a group's partials ready
+    // (and read, ONE), then the last, that no block leaves while another
+    // may read its partials (ONE: the last group's read)
+    const int nbar = ONE ? 2 * ng : ng + 1;
     // the block's columns: a run of 128-column slices (the same for every
     // RS), in stages of KS
     int nsl = (cols + Q35_MMA_KC - 1) / Q35_MMA_KC;
@@ -212,7 +222,7 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
     if (warp == 8) {
         if (lane != 0) {
             // the cluster's barriers count every thread
-            for (int g = 0; g <= ng; g++) {
+            for (int b = 0; b < nbar; b++) {
                 q35_cluster_arrive();
                 q35_cluster_wait();
             }
@@ -260,6 +270,11 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
             if (i % nk == nk - 1) {
                 if (pending)
                     q35_cluster_wait();
+                if (pending && ONE) {
+                    // the group before read
+                    q35_cluster_arrive();
+                    q35_cluster_wait();
+                }
                 q35_cluster_arrive();
                 pending = 1;
             }
@@ -424,8 +439,11 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
             q35_bar_arrive(&empty[st]);
         if (kk < nk - 1)
             continue;
-        // the group's end: this block's partial sums, hi + lo
-        float *pb = part + (g & 1) * NTOK * RS;
+        // the group's end: this block's partial sums, hi + lo (ONE: once
+        // the cluster has read the group before's)
+        if (ONE && g > 0)
+            q35_cluster_wait();
+        float *pb = part + (NBUF == 2 ? g & 1 : 0) * NTOK * RS;
         int q = lane & 3, gr = lane >> 2;
         // (wgmma: token 4 j + q's hi and lo of rows r0 and r0 + 8)
         int r0 = 64 * wg + 16 * (warp & 3) + gr;
@@ -495,9 +513,12 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
                     q35_split_put(xo, T, t0 + tk, c, __fmul_rn(u, nn[c]));
             }
         }
+        if (ONE)
+            q35_cluster_arrive(); // this block has read the group's partials
     }
     // no block leaves while another may read its partial sums
-    q35_cluster_arrive();
+    if (!ONE)
+        q35_cluster_arrive();
     q35_cluster_wait();
 }
 
