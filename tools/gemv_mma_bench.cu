@@ -7,7 +7,9 @@
 // splits its row itself), beside q35_gemvs for one row and q35_gemv8 for 8.
 // The launches mirror gpu_forward.c's q35_lin_mma. NOSPLIT=1 leaves the
 // split out of the timed graphs (what it costs in the chain), NORES=1 runs
-// one row on q35_split + q35_mma4 instead. A development tool, built by
+// one row on q35_split + q35_mma4 instead, NOWG=1 keeps 4 and 8 rows of big
+// products on mma.sync, R1=1 runs every product as a big one (two blocks
+// per SM). A development tool, built by
 // hand (it links the CUDA runtime; loom does not):
 //   nvcc -O3 -std=c++17 -arch=sm_90a -Iplugins/qwen35 -Iplugins/qwen35/cuda \
 //        -o gemv_mma_bench tools/gemv_mma_bench.cu
@@ -97,7 +99,9 @@ static void mma(const uint16_t *w, const uint16_t *w2, const float *x,
              w2m = glu ? map_of(w2, rows, cols) : wm;
     int S = q35_mma_splits(cols), c = S - 1;
     long unit = glu ? 8 : 16, units = (rows + unit - 1) / unit;
-    int r = (long)rows * (glu ? 2 : 1) >= Q35_MMA_ROWS2;
+    // R1=1: every product as those of Q35_MMA_ROWS2 rows or more (two blocks
+    // per SM)
+    int r = (long)rows * (glu ? 2 : 1) >= Q35_MMA_ROWS2 || getenv("R1");
     int run = q35_mma_run(cols), nsr = q35_mma1r_stages(run, r, optin);
     if (T == 1 && nsr >= 2 && !getenv("NORES")) {
         long C = clusters[r][glu][0][c];

@@ -14,7 +14,9 @@ MLX affine 4-bit instead, groups of 64: random 4-bit codes, BF16 scales and
 biases chosen so that the weights are zero-mean with the BF16 path's spread.
 
 Usage: make_qwen35_bench.py OUT_DIR [--geometry 0.8b|2b|9b] [--layers N]
-                            [--affine4]
+                            [--vocab N] [--affine4]
+(--layers and --vocab make smaller checkpoints of a geometry's products, as
+tests/gpu does to hold the tensor-core products of real sizes to the CPU.)
 """
 import argparse
 import array
@@ -135,6 +137,7 @@ def main():
     ap.add_argument("out_dir")
     ap.add_argument("--geometry", choices=sorted(GEOMETRIES))
     ap.add_argument("--layers", type=int)
+    ap.add_argument("--vocab", type=int)
     ap.add_argument("--affine4", action="store_true")
     args = ap.parse_args()
     out_dir = args.out_dir
@@ -145,6 +148,12 @@ def main():
         if args.layers < 1:
             ap.error("--layers: %d is not a positive count" % args.layers)
         cfg["num_hidden_layers"] = args.layers
+    if args.vocab is not None:
+        if args.vocab < 64 or args.vocab % 64:
+            ap.error("--vocab: %d is not a positive multiple of 64" %
+                     args.vocab)
+        cfg["vocab_size"] = args.vocab
+        cfg["eos_token_id"] = min(cfg["eos_token_id"], args.vocab - 1)
     os.makedirs(out_dir, exist_ok=True)
     rng = random.Random(1234)
     quant = args.affine4

@@ -394,28 +394,19 @@ START_TEST(rounds_do_not_mix)
 }
 END_TEST
 
-/* Many streams of one row each, more recurrence blocks than one wave at 2
- * an SM: the recurrence keeps its state in shared memory (q35_gdn_rec4s,
- * bulk copies in and out, the snapshot of a speculative row too), where a
- * stream alone takes the register form (q35_gdn_rec4). Both must give the
- * same bits: 16 streams of the KJV model (6 value heads of 64 columns, 24
- * blocks a stream: 384 blocks against 264 on the H200's 132 SMs) fed
- * together and each alone, through a speculative row committed or not and
- * two plain steps. The shared rounds also run the residual adds that hand
- * the next product its norm (q35_gpu.nn_next: hidden 384 is whole
- * 128-column slices, which the tiny fixtures are not), so they are held to
- * the CPU path's logits as well. */
-#define MS_N 16
-START_TEST(many_streams_state_in_shared_memory)
+/* n streams of one row each, fed together on e and each alone, through a
+ * speculative row committed or not and two plain steps: every stream's
+ * logits of a shared round bit for bit those of its round alone, and within
+ * TOL of the CPU engine ec's. */
+#define MS_MAX 32
+static void many_streams(loom_engine *e, loom_engine *ec, int n,
+                         const char *name)
 {
-    loom_engine *e = gpu_open(fixture("../../models/kjv-qwen35"),
-                              LOOM_DEVICE_CUDA, MS_N, "qwen35");
     int32_t V = e->info.vocab;
-    loom_engine *ec = gpu_open(fixture("../../models/kjv-qwen35"),
-                               LOOM_DEVICE_CPU, MS_N, "qwen35");
-    loom_cache *a[MS_N], *b[MS_N], *c[MS_N];
-    int32_t len[MS_N];
-    for (int s = 0; s < MS_N; s++) {
+    loom_cache *a[MS_MAX], *b[MS_MAX], *c[MS_MAX];
+    int32_t len[MS_MAX];
+    ck_assert_int_le(n, MS_MAX);
+    for (int s = 0; s < n; s++) {
         int32_t ids[8];
         len[s] = 3 + s % 4;
         for (int32_t i = 0; i < len[s]; i++)
@@ -427,36 +418,36 @@ START_TEST(many_streams_state_in_shared_memory)
         feed(e, b[s], 0, ids, len[s], len[s], 0, NULL);
         feed(ec, c[s], 0, ids, len[s], len[s], 0, NULL);
     }
-    float *la = malloc((size_t)MS_N * V * sizeof(float));
-    float *lc = malloc((size_t)MS_N * V * sizeof(float));
+    float *la = malloc((size_t)n * V * sizeof(float));
+    float *lc = malloc((size_t)n * V * sizeof(float));
     float *lb = malloc((size_t)V * sizeof(float));
     loom_err err = {{0}};
     for (int step = 0; step < 3; step++) {
         /* step 0 speculative: stream s keeps its row when s is odd */
         uint32_t fl = LOOM_ROW_LOGITS | (step == 0 ? LOOM_ROW_SPECULATIVE : 0u);
-        loom_row rows[MS_N];
-        for (int s = 0; s < MS_N; s++)
+        loom_row rows[MS_MAX];
+        for (int s = 0; s < n; s++)
             rows[s] =
                 (loom_row){a[s], (s * 13 + step * 7 + 1) % V, len[s], -1, fl};
-        loom_round r = tm_round(rows, MS_N);
-        loom_output o = tm_output(la, MS_N, V, NULL, 0, 0);
+        loom_round r = tm_round(rows, n);
+        loom_output o = tm_output(la, n, V, NULL, 0, 0);
         ck_assert_msg(forward(e, &r, &o, &err) == LOOM_OK, "forward: %s",
                       err.msg);
-        loom_row rc[MS_N];
-        for (int s = 0; s < MS_N; s++) {
+        loom_row rc[MS_MAX];
+        for (int s = 0; s < n; s++) {
             rc[s] = rows[s];
             rc[s].cache = c[s];
         }
-        loom_round r2 = tm_round(rc, MS_N);
-        loom_output o2 = tm_output(lc, MS_N, V, NULL, 0, 0);
+        loom_round r2 = tm_round(rc, n);
+        loom_output o2 = tm_output(lc, n, V, NULL, 0, 0);
         ck_assert_msg(forward(ec, &r2, &o2, &err) == LOOM_OK, "cpu: %s",
                       err.msg);
-        double vs_cpu = rel_err(la, lc, (size_t)MS_N * V);
-        printf("kjv, %d streams, step %d: vs the CPU %.3g\n", MS_N, step,
+        double vs_cpu = rel_err(la, lc, (size_t)n * V);
+        printf("%s, %d streams, step %d: vs the CPU %.3g\n", name, n, step,
                vs_cpu);
-        ck_assert_msg(vs_cpu < TOL, "step %d: %d streams vs the CPU: %g", step,
-                      MS_N, vs_cpu);
-        for (int s = 0; s < MS_N; s++) {
+        ck_assert_msg(vs_cpu < TOL, "%s step %d: %d streams vs the CPU: %g",
+                      name, step, n, vs_cpu);
+        for (int s = 0; s < n; s++) {
             loom_row one = rows[s];
             one.cache = b[s];
             loom_round r1 = tm_round(&one, 1);
@@ -465,9 +456,9 @@ START_TEST(many_streams_state_in_shared_memory)
                           err.msg);
             ck_assert_msg(
                 memcmp(la + (size_t)s * V, lb, (size_t)V * sizeof(float)) == 0,
-                "step %d, stream %d: with %d streams differs from "
+                "%s step %d, stream %d: with %d streams differs from "
                 "alone by %g",
-                step, s, MS_N, rel_err(la + (size_t)s * V, lb, (size_t)V));
+                name, step, s, n, rel_err(la + (size_t)s * V, lb, (size_t)V));
             if (step == 0) {
                 int32_t kept = s & 1;
                 ck_assert_msg(tm_commit(e, a[s], kept, &err) == LOOM_OK, "%s",
@@ -482,16 +473,63 @@ START_TEST(many_streams_state_in_shared_memory)
             }
         }
     }
-    for (int s = 0; s < MS_N; s++) {
+    for (int s = 0; s < n; s++) {
         tm_cache_free(e, a[s]);
         tm_cache_free(e, b[s]);
         tm_cache_free(ec, c[s]);
     }
-    loom_engine_close(e);
-    loom_engine_close(ec);
     free(la);
     free(lb);
     free(lc);
+}
+
+/* More recurrence blocks than one wave at 2 an SM: the recurrence keeps its
+ * state in shared memory (q35_gdn_rec4s, bulk copies in and out, the
+ * snapshot of a speculative row too), where a stream alone takes the
+ * register form (q35_gdn_rec4). Both must give the same bits: 16 streams of
+ * the KJV model (6 value heads of 64 columns, 24 blocks a stream: 384
+ * blocks against 264 on the H200's 132 SMs). The shared rounds also run the
+ * residual adds that hand the next product its norm (q35_gpu.nn_next:
+ * hidden 384 is whole 128-column slices, which the tiny fixtures are not),
+ * so they are held to the CPU path's logits as well. */
+START_TEST(many_streams_state_in_shared_memory)
+{
+    const char *kjv = fixture("../../models/kjv-qwen35");
+    loom_engine *e = gpu_open(kjv, LOOM_DEVICE_CUDA, 16, "qwen35");
+    loom_engine *ec = gpu_open(kjv, LOOM_DEVICE_CPU, 16, "qwen35");
+    many_streams(e, ec, 16, "kjv");
+    loom_engine_close(e);
+    loom_engine_close(ec);
+}
+END_TEST
+
+/* The tensor-core products at the sizes they are built for, which no
+ * fixture reaches: a random-weight checkpoint with 2B's products (hidden
+ * 2048: clusters of two blocks, each a run of the columns; GDN inputs of
+ * 8224 rows, gate/up 2 x 6144 and lm_head 16384: two blocks per SM and, for
+ * 4 and 8 rows, the warpgroup kinds) in 4 layers, made by
+ * tools/make_qwen35_bench.py. 4, 8, 16 and 32 streams (each launch tile
+ * kind) against each stream alone (the one-row form, mma.sync) bit for
+ * bit, and against the CPU path. */
+START_TEST(products_of_real_sizes)
+{
+    const char *dir = temp_dir();
+    ck_assert_ptr_nonnull(dir);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "python3 %s/../../tools/make_qwen35_bench.py %s --geometry 2b "
+             "--layers 4 --vocab 16384 > /dev/null",
+             LOOM_FIXTURES, dir);
+    ck_assert_msg(system(cmd) == 0, "could not write the checkpoint: %s", cmd);
+    loom_engine *e = gpu_open(dir, LOOM_DEVICE_CUDA, MS_MAX, "qwen35");
+    loom_engine *ec = gpu_open(dir, LOOM_DEVICE_CPU, MS_MAX, "qwen35");
+    int ns[] = {4, 8, 16, 32};
+    for (int i = 0; i < 4; i++)
+        many_streams(e, ec, ns[i], "2b products, 4 layers");
+    loom_engine_close(e);
+    loom_engine_close(ec);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -1127,6 +1165,7 @@ int main(void)
     tcase_add_test(tc, windows_and_commit);
     tcase_add_test(tc, rounds_do_not_mix);
     tcase_add_test(tc, many_streams_state_in_shared_memory);
+    tcase_add_test(tc, products_of_real_sizes);
     tcase_add_test(tc, paged_kv_interleaved);
     tcase_add_test(tc, graphs_replay_exact);
     tcase_add_test(tc, close_releases);
