@@ -2,9 +2,11 @@
 // number of rows, each weight read once per launch tile of 4 to 32 rows.
 // Each activation is split into two BF16 halves, x = hi + lo (q35_split,
 // or the one-row kernel itself), and a 16-row MMA tile holds hi of 8 rows
-// above lo of the same 8, so the products are those of a float32 x to
-// about 2^-17 relative. A cluster of S blocks shares a group of 64 weight
-// rows, block s taking the s-th run of 128-column slices; the weights
+// above lo of the same 8 (a warpgroup's product, sm_90a's wgmma in stages
+// of 128 weight rows: hi and lo of each row side by side), so the products
+// are those of a float32 x to about 2^-17 relative. A cluster of S blocks
+// shares a group of 64 (or 128) weight rows, block s taking the s-th run of
+// 128-column slices; the weights
 // arrive in a ring of bulk tensor copies (sm_90) from a producer warp, and
 // the cluster adds its S partial sums through distributed shared memory in
 // rank order.
@@ -12,7 +14,8 @@
 // Rounding and order: a row's result is sum_s (H_s + L_s), H_s and L_s each
 // one float32 accumulator carried through block s's columns in order, 16 at
 // a time, by the MMA (whose result for a tile row depends on that row
-// alone), then added, then the S parts added in rank order. S comes from
+// alone; wgmma's and mma.sync's are the same bits, which
+// tools/gemv_mma_bench.cu and tests/gpu check), then added, then the S parts added in rank order. S comes from
 // the weight's columns alone, and no kernel here orders a row's sum any
 // other way, so a row gets the same bits whatever shares its launch and
 // whichever of these kernels runs it.
