@@ -257,12 +257,17 @@ static inline unsigned q35_mma_stage(int k)
                       16384 / q35_mma_rs(k) / 64 * 2 * q35_mma_tok(k) * 128);
 }
 
-/* Dynamic shared memory of a block of kind k with ns stages: two buffers
- * of partial sums (32 rows: one, so that two blocks fit on an SM), then
- * the ring. */
+/* Buffers of partial sums of a tile of tok rows: two (the next group's
+ * written while the cluster reads these), but one for 32 rows, so that two
+ * blocks fit on an SM (a second cluster barrier a group guards it). */
+#define Q35_MMA_NBUF(tok) ((tok) == 32 ? 1 : 2)
+
+/* Dynamic shared memory of a block of kind k with ns stages: the partial
+ * sums, then the ring. */
 static inline unsigned q35_mma_smem(int k, int ns)
 {
-    return (unsigned)((k == 3 ? 1 : 2) * q35_mma_tok(k) * q35_mma_rs(k) * 4 +
+    int tok = q35_mma_tok(k);
+    return (unsigned)(Q35_MMA_NBUF(tok) * tok * q35_mma_rs(k) * 4 +
                       ns * q35_mma_stage(k));
 }
 

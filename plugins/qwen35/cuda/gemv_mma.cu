@@ -15,9 +15,9 @@
 // one float32 accumulator carried through block s's columns in order, 16 at
 // a time, by the MMA (whose result for a tile row depends on that row
 // alone; wgmma's and mma.sync's are the same bits, which
-// tools/gemv_mma_bench.cu and tests/gpu check), then added, then the S parts added in rank order. S comes from
-// the weight's columns alone, and no kernel here orders a row's sum any
-// other way, so a row gets the same bits whatever shares its launch and
+// tools/gemv_mma_bench.cu and tests/gpu check), then added, then the S
+// parts added in rank order. S comes from the weight's columns alone, and
+// no kernel here orders a row's sum any other way, so a row gets the same bits whatever shares its launch and
 // whichever of these kernels runs it.
 #include "bulk.cuh"
 #include "common.cuh"
@@ -174,12 +174,11 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
     constexpr bool WG = Q35_HAVE_WGMMA && RS == 128;
     constexpr int ND = WG ? NTOK : 1;
     static_assert(!WG || KS == Q35_MMA_KC, "a warpgroup stage is one slice");
-    // one buffer of partial sums (32 rows: room for two blocks per SM),
-    // written again only after a second cluster barrier a group says every
-    // block has read it; else two, the next group's written while the
-    // cluster reads these
-    constexpr bool ONE = TOK == 32;
-    constexpr int NBUF = ONE ? 1 : 2;
+    // the partial sums' buffers (Q35_MMA_NBUF); with one, written again
+    // only after a second cluster barrier a group says every block has
+    // read it
+    constexpr int NBUF = Q35_MMA_NBUF(TOK);
+    constexpr bool ONE = NBUF == 1;
     const int sbytes = NQ * (WQ + (RES ? 0 : AQ));
     extern __shared__ __align__(1024) unsigned char q35_mdyn[];
     // the partial sums first (a multiple of 1024 bytes), then the ring,
@@ -446,7 +445,7 @@ q35_mma_body(const q35_tmap *wm, const q35_tmap *w2m, const uint16_t *xs,
         // the cluster has read the group before's)
         if (ONE && g > 0)
             q35_cluster_wait();
-        float *pb = part + (NBUF == 2 ? g & 1 : 0) * NTOK * RS;
+        float *pb = part + (ONE ? 0 : g & 1) * NTOK * RS;
         int q = lane & 3, gr = lane >> 2;
         // (wgmma: token 4 j + q's hi and lo of rows r0 and r0 + 8)
         int r0 = 64 * wg + 16 * (warp & 3) + gr;
