@@ -503,6 +503,41 @@ START_TEST(many_streams_state_in_shared_memory)
 }
 END_TEST
 
+/* One stream (the streaming kernels): a prompt fed as one round
+ * (q35_gemv8) bit for bit the same rows fed one at a time (q35_gemvs,
+ * the GDN input product with its conv in the epilogue), and within TOL of
+ * the CPU engine ec's. The fixtures' products are all of wpr 1; these are
+ * of 1, 2 and 4. */
+#define OS_N 6
+static void one_stream_rows(loom_engine *e, loom_engine *ec, const char *name)
+{
+    int32_t V = e->info.vocab, ids[OS_N];
+    for (int32_t i = 0; i < OS_N; i++)
+        ids[i] = (i * 53 + 7) % V;
+    size_t cnt = (size_t)OS_N * V;
+    float *lr = malloc(cnt * sizeof(float));
+    float *ls = malloc(cnt * sizeof(float));
+    float *lc = malloc(cnt * sizeof(float));
+    loom_cache *a = tm_new_cache(e), *b = tm_new_cache(e),
+               *c = tm_new_cache(ec);
+    feed(e, a, 0, ids, OS_N, OS_N, LOOM_ROW_LOGITS, lr);
+    feed(e, b, 0, ids, OS_N, 1, LOOM_ROW_LOGITS, ls);
+    feed(ec, c, 0, ids, OS_N, OS_N, LOOM_ROW_LOGITS, lc);
+    double vs_cpu = rel_err(ls, lc, cnt);
+    printf("%s, one stream: steps vs the CPU %.3g\n", name, vs_cpu);
+    ck_assert_msg(memcmp(lr, ls, cnt * sizeof(float)) == 0,
+                  "%s: one round of rows vs one-row steps differ by %g", name,
+                  rel_err(lr, ls, cnt));
+    ck_assert_msg(vs_cpu < TOL, "%s: one-row steps vs the CPU: %g", name,
+                  vs_cpu);
+    tm_cache_free(e, a);
+    tm_cache_free(e, b);
+    tm_cache_free(ec, c);
+    free(lr);
+    free(ls);
+    free(lc);
+}
+
 /* The tensor-core products at the sizes they are built for, which no
  * fixture reaches: a random-weight checkpoint with 2B's products (hidden
  * 2048: clusters of two blocks, each a run of the columns; GDN inputs of
@@ -510,7 +545,7 @@ END_TEST
  * 4 and 8 rows, the warpgroup kinds) in 4 layers, made by
  * tools/make_qwen35_bench.py. 4, 8, 16 and 32 streams (each launch tile
  * kind) against each stream alone (the one-row form, mma.sync) bit for
- * bit, and against the CPU path. */
+ * bit, and against the CPU path; then one stream (one_stream_rows). */
 START_TEST(products_of_real_sizes)
 {
     const char *dir = temp_dir();
@@ -526,6 +561,10 @@ START_TEST(products_of_real_sizes)
     int ns[] = {4, 8, 16, 32};
     for (int i = 0; i < 4; i++)
         many_streams(e, ec, ns[i], "2b products, 4 layers");
+    loom_engine_close(e);
+    /* ... and one stream's streaming kernels at these sizes */
+    e = gpu_open(dir, LOOM_DEVICE_CUDA, 1, "qwen35");
+    one_stream_rows(e, ec, "2b products, 4 layers");
     loom_engine_close(e);
     loom_engine_close(ec);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
