@@ -105,11 +105,6 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
                 snprintf(t[n++].name, 32, "q35_gemvs%d%s_%s", 1 << k,
                          u ? "_glu" : "", gd[i]);
             }
-    for (int i = 0; i < 2; i++)
-        for (int k = 0; k < 4; k++) {
-            t[n].f = &F->gemvs_conv[i][k];
-            snprintf(t[n++].name, 32, "q35_gemvs%d_conv_%s", 1 << k, gd[i]);
-        }
     for (int r = 0; r < 2; r++)
         for (int u = 0; u < 2; u++) {
             t[n].f = &F->q4[r][u];
@@ -937,11 +932,6 @@ loom_status q35_gpu_open(loom_model *m, const loom_model_options *opt,
             for (int k = 0; k < 4 && g->gemvs; k++)
                 g->gemvs = cu->funcSetAttribute(g->fn.gemvs[i][u][k], 8,
                                                 Q35_GEMVS_SMEM) == 0;
-    g->gemvs_conv = g->gemvs;
-    for (int i = 0; i < 2 && g->gemvs_conv; i++)
-        for (int k = 0; k < 4 && g->gemvs_conv; k++)
-            g->gemvs_conv = cu->funcSetAttribute(g->fn.gemvs_conv[i][k], 8,
-                                                 Q35_GEMVS_SMEM) == 0;
     /* the affine-4 one with tensor maps */
     g->q4s = g->gemvs &&
              LOOM_HAS_FIELD(cu->struct_size, loom_cuda, tensorMapEncodeTiled) &&

@@ -58,8 +58,6 @@ typedef struct q35_gpu_fns {
     /* one row through shared memory (gemv_stream.cu): [bf16, f16][SwiGLU]
      * [wpr 1, 2, 4, 8] */
     loom_cu_function gemvs[2][2][4];
-    /* ... with the GDN conv in its epilogue: [bf16, f16][wpr kind] */
-    loom_cu_function gemvs_conv[2][4];
     /* on tensor cores (gemv_mma.cu): [SwiGLU][tiles of 4, 8, 16, 32
      * rows]; their activations split into BF16 halves */
     loom_cu_function mma[2][Q35_MMA_TILES], split;
@@ -205,8 +203,7 @@ typedef struct q35_gpu {
      * whether the product took it */
     const q35_conv_epi *conv_epi;
     int conv_done;
-    int gemvs_conv; /* the epilogue kernels are there */
-    int q4s_conv;   /* ... and q35_q4s's */
+    int q4s_conv; /* q35_q4s's epilogue kernels are there */
     /* per-round host tables (the rows by stream are m->plan's) */
     int32_t *dev_of; /* [max_rows] round row -> device row */
     int32_t *maps;   /* the output maps, grown with the taps */

@@ -313,7 +313,7 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
                             &ns,
                             &cv};
             loom_cu_function f = R->g->fn.q4s[glu][k];
-            /* the conv in the epilogue, as q35_gemvs takes it */
+            /* the conv in the epilogue (Q35_CONV_EPI_ROWS) */
             const q35_conv_epi *ce = R->g->conv_epi;
             if (ce && !glu && mode == 0 && R->g->q4s_conv &&
                 (boxes + nb - 1) / nb * Q35_Q4S_BOX <= Q35_CONV_EPI_ROWS) {
@@ -345,20 +345,11 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
             if (nb > rows)
                 nb = rows;
             unsigned smem = (unsigned)(ns * Q35_GEMVS_STAGE + cols * 4);
-            q35_conv_epi cv = {0};
-            const q35_conv_epi *ce = R->g->conv_epi;
-            void *args[] = {&wp,   &w2p,  &x,  &ldx, &y,  &ldy, &rows,
-                            &cols, &mode, &nw, &eps, &ns, &cv};
-            loom_cu_function f = R->g->fn.gemvs[dt][glu][k];
-            /* the conv in the epilogue (Q35_CONV_EPI_ROWS) */
-            if (ce && !glu && mode == 0 && R->g->gemvs_conv &&
-                (rows + nb - 1) / nb <= Q35_CONV_EPI_ROWS) {
-                cv = *ce;
-                f = R->g->fn.gemvs_conv[dt][k];
-                R->g->conv_done = 1;
-            }
-            return q35_gpu_launch(R->g, f, (unsigned)nb, (unsigned)T, 288, smem,
-                                  args, "q35_gemvs", R->err);
+            void *args[] = {&wp,   &w2p,  &x,    &ldx, &y,   &ldy,
+                            &rows, &cols, &mode, &nw,  &eps, &ns};
+            return q35_gpu_launch(R->g, R->g->fn.gemvs[dt][glu][k],
+                                  (unsigned)nb, (unsigned)T, 288, smem, args,
+                                  "q35_gemvs", R->err);
         }
         int nt = many ? 8 : 1;
         int rpw = many ? Q35_GEMV8_RPW / (glu ? 2 : 1) : (glu ? 2 : 4);

@@ -392,8 +392,8 @@ static inline Q35_HD int q35_gdn_sst_bytes(int dk)
     return dk * 32 * (int)sizeof(float);
 }
 
-/* The GDN conv run in the epilogue of a one-row step's merged input
- * product (q35_gemvs*_conv): rows [0, cd) are the conv's channels, and
+/* The GDN conv run in the epilogue of a one-row step's merged affine-4
+ * input product (q35_q4s*_conv): rows [0, cd) are the conv's channels, and
  * what q35_conv reads comes with it. It is taken for blocks of at most
  * Q35_CONV_EPI_ROWS rows, the shapes it was measured on (9B: 47). */
 #define Q35_CONV_EPI_ROWS 64

@@ -1,6 +1,6 @@
 // The step of the GDN layers' causal depthwise conv1d that both its own
-// kernel (conv1d.cu) and the one-row input product's epilogue
-// (gemv_stream.cu) take, so the two give the same bits.
+// kernel (conv1d.cu) and the affine-4 one-row input product's epilogue
+// (gemv_q4_stream.cu) take, so the two give the same bits.
 #ifndef QWEN35_CUDA_CONV_CUH
 #define QWEN35_CUDA_CONV_CUH
 
@@ -93,7 +93,7 @@ q35_conv_row(const float *wc, float *t, int kt, float xv,
 }
 
 // The conv of a one-row step in the epilogue of its merged GDN input
-// product (q35_gemvs, q35_q4s): the thread of row r < cd of a group runs
+// product (q35_q4s): the thread of row r < cd of a group runs
 // it as q35_conv does (the snapshot, the log, the step, the tail), its
 // tail and taps loaded a group (`step` rows) ahead, so no load waits at
 // the group's end.

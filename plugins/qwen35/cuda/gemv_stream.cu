@@ -10,7 +10,6 @@
 // a window (q35_gemv8) give the same bits.
 #include "bulk.cuh"
 #include "common.cuh"
-#include "conv.cuh"
 
 // A slab: 8 chunks of 256 columns of a group of rows, one stage of the ring.
 #define Q35_SLAB Q35_GEMVS_SLAB
@@ -45,13 +44,14 @@ q35_slab_issue(const W *w, const W *w2, int64_t ra, int64_t rb, int cols, int g,
 // With nw, x is the residual stream and the RMSNorm is applied as
 // q35_gemv_body applies it (q35_stage_row, q35_norm_rs).
 //
-// CONV (a one-row step's merged GDN input product, mode 0): thread j of a
-// group also runs the conv of its row (q35_conv_epilogue).
-template <typename W, int RPW, bool GLU, int NS, int WPR, bool CONV = false>
+// The GDN input product's conv runs in its own kernel after it (q35_conv):
+// in this kernel's epilogue (removed, 2026-12-04) a one-row step read 222.1-
+// 223.7 tok/s on 9B against 224.8-225.6, 2B 679.8-694.8 against 701.6-709.8.
+template <typename W, int RPW, bool GLU, int NS, int WPR>
 __device__ __forceinline__ void
 q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
                int ldy, int rows, int cols, int mode, const float *nw,
-               float eps, int ns, q35_conv_epi cv = q35_conv_epi())
+               float eps, int ns)
 {
     constexpr int S = GLU ? 2 * RPW : RPW;
     constexpr int G = 8 / WPR; // rows a slab's chunks serve at once
@@ -97,10 +97,6 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
         return;
     }
     q35_pdl_wait();
-    q35_conv_epilogue ce;
-    float ct[Q35_MAX_TAIL], cw[Q35_MAX_TAIL + 1];
-    if (CONV && threadIdx.x < RPW)
-        ce.open(cv, rb, ra + threadIdx.x, RPW, ct, cw);
     q35_stage_row(x + (int64_t)t * ldx, xs, cols, nw, eps, bred, q35_flat());
     int part = warp % WPR, row0 = warp / WPR;
     float acc[M];
@@ -139,22 +135,17 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
         __syncwarp();
         if (lane == 0)
             q35_bar_arrive(&empty[st]);
-        // the group's last slab: each row's parts in order, then (CONV)
-        // the row's conv
+        // the group's last slab: each row's parts in order
         float yv;
-        if (s == nsl - 1 &&
+        if (s == nsl - 1)
             q35_ring_rows<M, G, WPR, RPW, GLU>(acc, red[g & 1], row0, part,
                                                live, y + (int64_t)t * ldy + r0,
-                                               mode, &yv) &&
-            CONV)
-            ce.run(r0 + threadIdx.x, yv, ct, cw);
+                                               mode, &yv);
         if (++st == ns)
             st = 0, ph ^= 1u;
         if (++s == nsl)
             s = 0, g++;
     }
-    if (CONV && threadIdx.x == 0)
-        ce.prefetch_state();
 }
 
 // Bulk copies and transaction barriers are sm_90's; the host launches these
@@ -185,21 +176,3 @@ q35_gemvs_body(const W *w, const W *w2, const float *x, int ldx, float *y,
 
 Q35_GEMVS_ALL(uint16_t, bf16)
 Q35_GEMVS_ALL(__half, f16)
-
-#define Q35_GEMVS_CONV(name, W, WPR)                                           \
-    extern "C" __global__ void __launch_bounds__(288)                          \
-        name(const W *w, const W *w2, const float *x, int ldx, float *y,       \
-             int ldy, int rows, int cols, int mode, const float *nw,           \
-             float eps, int ns, q35_conv_epi cv)                               \
-    {                                                                          \
-        Q35_GEMVS_SM90(                                                        \
-            q35_gemvs_body<W, Q35_GEMVS_RPW, false, Q35_GEMVS_NS, WPR, true>(  \
-                w, w2, x, ldx, y, ldy, rows, cols, mode, nw, eps, ns, cv));    \
-    }
-#define Q35_GEMVS_CONV_ALL(W, tag)                                             \
-    Q35_GEMVS_CONV(q35_gemvs1_conv_##tag, W, 1)                                \
-    Q35_GEMVS_CONV(q35_gemvs2_conv_##tag, W, 2)                                \
-    Q35_GEMVS_CONV(q35_gemvs4_conv_##tag, W, 4)                                \
-    Q35_GEMVS_CONV(q35_gemvs8_conv_##tag, W, 8)
-Q35_GEMVS_CONV_ALL(uint16_t, bf16)
-Q35_GEMVS_CONV_ALL(__half, f16)
