@@ -151,6 +151,10 @@ static loom_status q35_gpu_functions(q35_gpu *g, loom_err *err)
     Q35_FN(gdn_rec, "q35_gdn_rec");
     Q35_FN(gdn_rec4, "q35_gdn_rec4");
     Q35_FN(gdn_rec4s, "q35_gdn_rec4s");
+    Q35_FN(gdn_rec4cv[0][0], "q35_gdn_rec4cv1");
+    Q35_FN(gdn_rec4cv[1][0], "q35_gdn_rec4cv2");
+    Q35_FN(gdn_rec4cv[0][1], "q35_gdn_rec4cv1w");
+    Q35_FN(gdn_rec4cv[1][1], "q35_gdn_rec4cv2w");
     Q35_FN(gdn_replay, "q35_gdn_replay");
     Q35_FN(attn_prep, "q35_attn_prep");
     Q35_FN(attention, "q35_attention");

@@ -73,6 +73,8 @@ typedef struct q35_gpu_fns {
     loom_cu_function q4m[2];
     loom_cu_function rmsnorm, conv, conv_restore;
     loom_cu_function gdn_rec, gdn_rec4, gdn_rec4s, gdn_replay;
+    /* q35_gdn_rec4 with the conv: [value heads per key head - 1][one warp] */
+    loom_cu_function gdn_rec4cv[2][2];
     loom_cu_function attn_prep, attention;
     loom_cu_function gather, add, next_split, moe_route, moe_axpy;
     loom_cu_function to_bf16, swiglu, q4_bf16; /* prompt chunks (prompt.cu) */

@@ -681,10 +681,41 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
         Q35_LIN(&L->b, NULL, s->xn, H, s->b, Hv, T, 0, 0, 0, 0);
         Q35_LIN(&L->a, NULL, s->xn, H, s->a, Hv, T, 0, 0, 0, 0);
     }
-    if (!g->conv_done)
+    /* the recurrence's form: q35_gdn_rec, or split over clusters
+     * (q35_gdn_rec4), which loads a row ahead for windows and for rounds
+     * whose blocks fit in one wave at 2 an SM; else the form with its
+     * state in shared memory, 8 blocks an SM (the same bits either way) */
+    unsigned gx = (unsigned)Hv, bx = g->gdn_threads, sm = 0;
+    loom_cu_function f = g->fn.gdn_rec;
+    if (g->gdn_rec4) {
+        gx = (unsigned)(Hv * Q35_GDN_CTAS);
+        bx = (unsigned)((dk + 31) / 32 * 32);
+        int wave = (int64_t)gx * R->ns <= 2 * (int64_t)g->cu->sm_count;
+        f = g->fn.gdn_rec4;
+        if (R->T <= R->ns && !wave && g->gdn_rec4s) {
+            f = g->fn.gdn_rec4s;
+            sm = (unsigned)q35_gdn_sst_bytes(dk);
+        }
+    }
+    /* ... which runs the conv too where its cluster holds every reader of
+     * a key head's channels (1 or 2 value heads to one), its registers
+     * hold a lane's (K = 4, dk <= 128) and its blocks fit one an SM: its
+     * own launch is then a step's largest gap (9B, 16-row window: 6.5
+     * against 6.8 ms), where at 2 streams of 9B (2 blocks an SM) the
+     * fused form was slower (378 against 392 tok/s) and at a window of 8
+     * streams (8 waves) too */
+    loom_cu_ptr y = s->conv_out;
+    int ldy = cd, hpk = Hv / Hk;
+    if (f == g->fn.gdn_rec4 && !g->conv_done && K == 4 && dk <= 128 &&
+        hpk * Hk == Hv && hpk <= 2 &&
+        (int64_t)gx * R->ns <= (int64_t)g->cu->sm_count) {
+        f = g->fn.gdn_rec4cv[hpk - 1][dk <= 32];
+        y = qkv, ldy = ld_in;
+    } else if (!g->conv_done) {
         Q35_LAUNCH(conv, (cd + 127) / 128, R->ns, 128, 0, &qkv, &s->conv_out,
                    &L->conv_w, &s->streams, &s->rows, &slot, &cd, &K, &n_lin,
                    &log_size, &log_conv, &ld_in);
+    }
     /* prompt chunks: the conv in segments of rows */
     for (int32_t i = 0; i < g->n_pc && g->gdn_chunk; i++) {
         int si = g->pc[i], seg = LOOM_PROMPT_MIN_ROWS;
@@ -698,26 +729,11 @@ static loom_status q35_gpu_gdn(const q35_run *R, q35_gpu_layer *L, int slot)
         /* the outputs' halves for out_proj (none with prompt chunks: their
          * rows come from other kernels) */
         loom_cu_ptr xo = g->n_pc == 0 ? q35_xs_for(g, &L->out, vd, T) : 0;
-        void *a[] = {
-            &s->conv_out, &zp,         &s->o,     &ap,         &bp,      &ldab,
-            &L->neg_a,    &L->dt_bias, &L->gnorm, &s->streams, &s->rows, &slot,
-            &Hk,          &Hv,         &dk,       &dv,         &eps,     &ldz,
-            &n_lin,       &lay,        &xo,       &T};
-        unsigned gx = (unsigned)Hv, bx = g->gdn_threads, sm = 0;
-        loom_cu_function f = g->fn.gdn_rec;
-        if (g->gdn_rec4) {
-            gx = (unsigned)(Hv * Q35_GDN_CTAS);
-            bx = (unsigned)((dk + 31) / 32 * 32);
-            /* loads a row ahead for windows and for rounds whose blocks
-             * fit in one wave at 2 an SM; else the form with its state in
-             * shared memory, 8 blocks an SM (the same bits either way) */
-            int wave = (int64_t)gx * R->ns <= 2 * (int64_t)g->cu->sm_count;
-            f = g->fn.gdn_rec4;
-            if (R->T <= R->ns && !wave && g->gdn_rec4s) {
-                f = g->fn.gdn_rec4s;
-                sm = (unsigned)q35_gdn_sst_bytes(dk);
-            }
-        }
+        void *a[] = {&y,       &zp,       &s->o,       &ap,       &bp,
+                     &ldab,    &L->neg_a, &L->dt_bias, &L->gnorm, &s->streams,
+                     &s->rows, &slot,     &Hk,         &Hv,       &dk,
+                     &dv,      &eps,      &ldz,        &n_lin,    &lay,
+                     &xo,      &T,        &L->conv_w,  &ldy};
         loom_status st =
             q35_xs_wrote(g, xo, s->o, T,
                          q35_gpu_launch(g, f, gx, (unsigned)R->ns, bx, sm, a,

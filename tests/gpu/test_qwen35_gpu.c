@@ -504,8 +504,8 @@ START_TEST(many_streams_state_in_shared_memory)
 END_TEST
 
 /* One stream (the streaming kernels): a prompt fed as one round
- * (q35_gemv8) bit for bit the same rows fed one at a time (q35_gemvs,
- * the GDN input product with its conv in the epilogue), and within TOL of
+ * (q35_gemv8) bit for bit the same rows fed one at a time (q35_gemvs;
+ * the recurrence with the GDN conv in both), and within TOL of
  * the CPU engine ec's. The fixtures' products are all of wpr 1; these are
  * of 1, 2 and 4. */
 #define OS_N 6
@@ -565,6 +565,29 @@ START_TEST(products_of_real_sizes)
     /* ... and one stream's streaming kernels at these sizes */
     e = gpu_open(dir, LOOM_DEVICE_CUDA, 1, "qwen35");
     one_stream_rows(e, ec, "2b products, 4 layers");
+    loom_engine_close(e);
+    loom_engine_close(ec);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* One stream at 9B's products in 4 layers (three GDN layers of two value
+ * heads to a key head, dk 128: the recurrence with the conv on clusters of
+ * eight blocks, which no fixture reaches), as one_stream_rows checks them. */
+START_TEST(one_stream_9b_products)
+{
+    const char *dir = temp_dir();
+    ck_assert_ptr_nonnull(dir);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "python3 %s/../../tools/make_qwen35_bench.py %s --geometry 9b "
+             "--layers 4 --vocab 16384 > /dev/null",
+             LOOM_FIXTURES, dir);
+    ck_assert_msg(system(cmd) == 0, "could not write the checkpoint: %s", cmd);
+    loom_engine *e = gpu_open(dir, LOOM_DEVICE_CUDA, 1, "qwen35");
+    loom_engine *ec = gpu_open(dir, LOOM_DEVICE_CPU, 1, "qwen35");
+    one_stream_rows(e, ec, "9b products, 4 layers");
     loom_engine_close(e);
     loom_engine_close(ec);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -1205,6 +1228,7 @@ int main(void)
     tcase_add_test(tc, rounds_do_not_mix);
     tcase_add_test(tc, many_streams_state_in_shared_memory);
     tcase_add_test(tc, products_of_real_sizes);
+    tcase_add_test(tc, one_stream_9b_products);
     tcase_add_test(tc, paged_kv_interleaved);
     tcase_add_test(tc, graphs_replay_exact);
     tcase_add_test(tc, close_releases);

@@ -1,6 +1,7 @@
-// The step of the GDN layers' causal depthwise conv1d that both its own
-// kernel (conv1d.cu) and the affine-4 one-row input product's epilogue
-// (gemv_q4_stream.cu) take, so the two give the same bits.
+// The step of the GDN layers' causal depthwise conv1d that its own kernel
+// (conv1d.cu), the affine-4 one-row input product's epilogue
+// (gemv_q4_stream.cu) and the recurrence's conv forms (q35_gdn_rec4cv*,
+// gdn.cu) take, so that all give the same bits.
 #ifndef QWEN35_CUDA_CONV_CUH
 #define QWEN35_CUDA_CONV_CUH
 

@@ -4,6 +4,7 @@
 // that commit uses. The state is float32 throughout.
 #include "bulk.cuh"
 #include "common.cuh"
+#include "conv.cuh"
 #include "mma.cuh"
 
 #include <cooperative_groups.h>
@@ -228,33 +229,35 @@ extern "C" __global__ void __launch_bounds__(512)
 // row ahead: v and z of this thread's column, the raw q and k of the key
 // head (warp u < 2 of the block holds q for u = 0, k for u = 1, dk / 32
 // values a lane; a one-warp block holds both), a and b (thread 0), the
-// row's log index.
+// row's log index. Rows ldy apart; NQ and QM (at most 2 and 8) bound the
+// loops over a lane's q and k at compile time.
 struct q35_gdn_in {
     float v, zv, a, b;
     float qk[2][8];
     int li;
 };
 
+template <int NQ = 2, int QM = 8>
 __device__ __forceinline__ void
-q35_gdn_fetch(q35_gdn_in &in, const float *y, int cd, const float *z, int ldz,
+q35_gdn_fetch(q35_gdn_in &in, const float *y, int ldy, const float *z, int ldz,
               const float *a, const float *b, int ldab, const q35_gpu_row *rows,
               int row, int kd, int kh, int dk, int dv, int h, int j, bool on,
               bool out)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int nw = (blockDim.x + 31) >> 5;
-    const float *yr = y + (int64_t)row * cd;
+    const float *yr = y + (int64_t)row * ldy;
     in.v = on ? yr[2 * kd + h * dv + j] : 0.0f;
     in.zv = out ? z[(int64_t)row * ldz + h * dv + j] : 0.0f;
     in.li = rows[row].log;
 #pragma unroll
-    for (int q = 0; q < 2; q++) {
+    for (int q = 0; q < NQ; q++) {
         int u = warp + q * nw;
         if (u >= 2)
             break;
         const float *x = yr + (int64_t)u * kd + (int64_t)kh * dk;
 #pragma unroll
-        for (int m = 0; m < 8; m++) {
+        for (int m = 0; m < QM; m++) {
             int i = lane + 32 * m;
             in.qk[q][m] = i < dk ? x[i] : 0.0f;
         }
@@ -266,7 +269,9 @@ q35_gdn_fetch(q35_gdn_in &in, const float *y, int cd, const float *z, int ldz,
 }
 
 // q35_gdn_prep_row from a row's fetched inputs, the same operations in
-// the same order (q35_qk_norm's per lane, then the butterfly).
+// the same order (q35_qk_norm's per lane, then the butterfly). NQ, QM:
+// q35_gdn_fetch's.
+template <int NQ = 2, int QM = 8>
 __device__ __forceinline__ void q35_gdn_prep_in(const q35_gdn_in &in, int dk,
                                                 float na, float dtb,
                                                 float (*sqk)[256], float *db)
@@ -274,20 +279,20 @@ __device__ __forceinline__ void q35_gdn_prep_in(const q35_gdn_in &in, int dk,
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int nw = (blockDim.x + 31) >> 5;
 #pragma unroll
-    for (int q = 0; q < 2; q++) {
+    for (int q = 0; q < NQ; q++) {
         int u = warp + q * nw;
         if (u >= 2)
             break;
         float ss = 0.0f;
 #pragma unroll
-        for (int m = 0; m < 8; m++)
+        for (int m = 0; m < QM; m++)
             if (lane + 32 * m < dk)
                 ss = fmaf(in.qk[q][m], in.qk[q][m], ss);
         ss = q35_warp_sum(ss);
         float r = 1.0f / sqrtf(ss + 1e-6f);
         float qscale = 1.0f / sqrtf((float)dk);
 #pragma unroll
-        for (int m = 0; m < 8; m++) {
+        for (int m = 0; m < QM; m++) {
             int i = lane + 32 * m;
             if (i < dk) {
                 float n = __fmul_rn(in.qk[q][m], r);
@@ -301,6 +306,95 @@ __device__ __forceinline__ void q35_gdn_prep_in(const q35_gdn_in &in, int dk,
         db[1] = q35_sigmoid(in.b);
     }
 }
+
+// The GDN conv of this thread's channels run where q35_gdn_rec4 takes a
+// row's raw inputs (its CV forms): the v of its column (every part: the
+// same operations) and the q and k values it holds, each with its tail and
+// taps in registers (q35_conv_step with K = 4, as q35_conv runs it).
+// Blocks of several value heads and columns share a q/k channel: one owns
+// its tail, snapshot and log (own_qk), and part 0 owns v's (own_v).
+#define Q35_GDN_CV_KT 3
+template <int NQ, int QM> struct q35_gdn_cv {
+    float vt[Q35_MAX_TAIL], vw[Q35_MAX_TAIL + 1];
+    float t[NQ][QM][Q35_MAX_TAIL], w[NQ][QM][Q35_MAX_TAIL + 1];
+    const float *cw;
+    float *tail;
+    int64_t vc, qc; // v's channel; key head kh's first q channel
+    int kd, dk, cd;
+    bool v_on, own_v, own_qk;
+
+    // Channel of value (q, m), or -1 where this lane holds none.
+    __device__ __forceinline__ int64_t ch(int q, int m) const
+    {
+        int warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+        int u = warp + q * nw, i = (threadIdx.x & 31) + 32 * m;
+        return u < 2 && i < dk ? qc + (int64_t)u * kd + i : -1;
+    }
+    __device__ __forceinline__ void load()
+    {
+        constexpr int kt = Q35_GDN_CV_KT;
+        if (v_on) {
+            q35_tail_get(vt, tail, kt, cd, vc);
+#pragma unroll
+            for (int j = 0; j <= kt; j++)
+                vw[j] = cw[vc * (kt + 1) + j];
+        }
+#pragma unroll
+        for (int q = 0; q < NQ; q++)
+#pragma unroll
+            for (int m = 0; m < QM; m++) {
+                int64_t c = ch(q, m);
+                if (c < 0)
+                    continue;
+                q35_tail_get(t[q][m], tail, kt, cd, c);
+#pragma unroll
+                for (int j = 0; j <= kt; j++)
+                    w[q][m][j] = cw[c * (kt + 1) + j];
+            }
+    }
+    // Row k's raw inputs in `in` through the conv, as q35_conv_row_at
+    // takes them (the tails into the snapshot, the inputs into the log,
+    // by their owners).
+    __device__ __forceinline__ void run(q35_gdn_in &in, int k,
+                                        const q35_gpu_stream &st, int slot,
+                                        int n_lin, const q35_gpu_log &lay)
+    {
+        constexpr int kt = Q35_GDN_CV_KT;
+        if (v_on)
+            in.v = q35_conv_row_at(vw, vt, kt, in.v, own_v ? st.snap_row : -1,
+                                   st.snap_conv, st.log, own_v ? in.li : -1, k,
+                                   slot, cd, vc, n_lin, lay.size, lay.conv);
+#pragma unroll
+        for (int q = 0; q < NQ; q++)
+#pragma unroll
+            for (int m = 0; m < QM; m++) {
+                int64_t c = ch(q, m);
+                if (c >= 0)
+                    in.qk[q][m] = q35_conv_row_at(
+                        w[q][m], t[q][m], kt, in.qk[q][m],
+                        own_qk ? st.snap_row : -1, st.snap_conv, st.log,
+                        own_qk ? in.li : -1, k, slot, cd, c, n_lin, lay.size,
+                        lay.conv);
+            }
+    }
+    // The tails back, by their owners, once every reader has read them.
+    __device__ __forceinline__ void store() const
+    {
+        constexpr int kt = Q35_GDN_CV_KT;
+        if (v_on && own_v)
+            q35_tail_put(vt, tail, kt, cd, vc);
+        if (!own_qk)
+            return;
+#pragma unroll
+        for (int q = 0; q < NQ; q++)
+#pragma unroll
+            for (int m = 0; m < QM; m++) {
+                int64_t c = ch(q, m);
+                if (c >= 0)
+                    q35_tail_put(t[q][m], tail, kt, cd, c);
+            }
+    }
+};
 
 // q35_gdn_rec split over a cluster of Q35_GDN_CTAS blocks per value head
 // (sm_90): block c of the cluster takes value columns [32c, 32c + 32), so a
@@ -316,8 +410,10 @@ __device__ __forceinline__ void q35_gdn_prep_in(const q35_gdn_in &in, int dk,
 // targets compile it empty.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #define Q35_GDN_CLUSTER
+#define Q35_GDN_CLUSTER_CV(cv)
 #else
 #define Q35_GDN_CLUSTER __cluster_dims__(Q35_GDN_CTAS, 1, 1)
+#define Q35_GDN_CLUSTER_CV(cv) __cluster_dims__(Q35_GDN_CTAS * (cv), 1, 1)
 #endif
 // v into block rank's copy of *p (shared memory), counted on its *bar.
 __device__ __forceinline__ void q35_gdn_send(float *p, uint64_t *bar,
@@ -341,15 +437,20 @@ __device__ __forceinline__ void q35_gdn_sst_out(float *dst, int dk, bool has)
         q35_bulk_store(dst, q35_gdn_sst, (uint32_t)dk * 128u);
 }
 
-template <bool AHEAD, bool SM>
+// CV > 0: the conv runs here (q35_gdn_cv) on raw inputs y (rows ldy
+// apart), the cluster CV heads' blocks: every block that reads a key
+// head's q and k channels (Hv / Hk = CV). NQ, QM: q35_gdn_fetch's.
+template <bool AHEAD, bool SM, int CV = 0, int NQ = 2, int QM = 8>
 __device__ __forceinline__ void
 q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
                   const float *b, int ldab, const float *neg_a,
                   const float *dt_bias, const float *gnorm,
                   const q35_gpu_stream *streams, const q35_gpu_row *rows,
                   int slot, int Hk, int Hv, int dk, int dv, float eps, int ldz,
-                  int n_lin, q35_gpu_log lay, uint16_t *xo, int T)
+                  int n_lin, q35_gpu_log lay, uint16_t *xo, int T,
+                  const float *cw, int ldy)
 {
+    static_assert(CV == 0 || (AHEAD && !SM), "the conv takes the AHEAD form");
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     cg::cluster_group cl = cg::this_cluster();
@@ -364,7 +465,14 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
     __shared__ float gss[2][Q35_GDN_SEG][Q35_GDN_CTAS];
     // lbar: SM's state copy
     __shared__ __align__(8) uint64_t gbar[2], lbar;
-    int c = (int)cl.block_rank();
+    // c: the column group; the head's blocks are ranks base..base + 3
+    // (the plain rank without the conv: its modulo alone made the shared-
+    // memory form spill at 64 registers)
+    int c = CV > 0 ? (int)cl.block_rank() % Q35_GDN_CTAS
+                   : (int)cl.block_rank();
+    unsigned base = CV > 0 ? cl.block_rank() - (unsigned)c : 0u;
+    if constexpr (CV == 0)
+        ldy = 2 * Hk * dk + Hv * dv; // the conv's output rows
     q35_gdn_shape sh;
     sh.P = (dk + Q35_GDN_PART - 1) / Q35_GDN_PART;
     sh.vw = 32;
@@ -423,6 +531,21 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
     // the head's parameters (thread 0 prepares each row's decay)
     float na = threadIdx.x == 0 ? neg_a[h] : 0.0f;
     float dtb = threadIdx.x == 0 ? dt_bias[h] : 0.0f;
+    // the conv's tails and taps: no kernel of this forward before this one
+    // writes a tail (the host runs no q35_conv for it)
+    q35_gdn_cv<NQ, QM> cv;
+    if constexpr (CV > 0) {
+        cv.cw = cw;
+        cv.tail = q35_conv_tail(st.conv, slot, Q35_GDN_CV_KT, cd);
+        cv.vc = 2 * kd + (int64_t)h * dv + j;
+        cv.qc = (int64_t)kh * dk;
+        cv.kd = kd, cv.dk = dk, cv.cd = cd;
+        cv.v_on = sh.on;
+        cv.own_v = out;
+        cv.own_qk = c == 0 && h % CV == 0;
+        if (st.count > 0)
+            cv.load();
+    }
     q35_pdl_wait();
     asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
     if (SM && has)
@@ -430,17 +553,20 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
     // AHEAD: each row's inputs are loaded while the row before is computed
     q35_gdn_in cur, nxt;
     if (AHEAD && st.count > 0)
-        q35_gdn_fetch(cur, y, cd, z, ldz, a, b, ldab, rows, st.first, kd, kh,
-                      dk, dv, h, j, sh.on, out);
+        q35_gdn_fetch<NQ, QM>(cur, y, ldy, z, ldz, a, b, ldab, rows,
+                              st.first, kd, kh, dk, dv, h, j, sh.on, out);
     for (int k = 0; k < st.count; k++) {
         int row = st.first + k;
-        const float *yr = y + (int64_t)row * cd;
+        const float *yr = y + (int64_t)row * ldy;
         float v, zv;
         int li;
         if (AHEAD) {
             if (k + 1 < st.count)
-                q35_gdn_fetch(nxt, y, cd, z, ldz, a, b, ldab, rows, row + 1, kd,
-                              kh, dk, dv, h, j, sh.on, out);
+                q35_gdn_fetch<NQ, QM>(nxt, y, ldy, z, ldz, a, b, ldab, rows,
+                                      row + 1, kd, kh, dk, dv, h, j, sh.on,
+                                      out);
+            if constexpr (CV > 0)
+                cv.run(cur, k, st, slot, n_lin, lay);
             v = cur.v, zv = cur.zv, li = cur.li;
         } else {
             v = sh.on ? yr[2 * kd + h * dv + j] : 0.0f;
@@ -462,7 +588,7 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
         }
         __syncthreads();
         if (AHEAD)
-            q35_gdn_prep_in(cur, dk, na, dtb, sqk, db);
+            q35_gdn_prep_in<NQ, QM>(cur, dk, na, dtb, sqk, db);
         else
             q35_gdn_prep_row(yr, kd, kh, dk, a, b, ldab, row, h, na, dtb, sqk,
                              db);
@@ -500,7 +626,8 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
                 q35_bar_expect(&gbar[par], (uint32_t)(n * Q35_GDN_CTAS * 4));
             }
             for (int rk = 0; rk < Q35_GDN_CTAS; rk++)
-                q35_gdn_send(&gss[par][e][c], &gbar[par], (unsigned)rk, ws);
+                q35_gdn_send(&gss[par][e][c], &gbar[par], base + (unsigned)rk,
+                             ws);
         }
         if (threadIdx.x < 32)
             so[e][lane] = oj, sz[e][lane] = zv;
@@ -533,10 +660,19 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
     if (SM && threadIdx.x == 0 && has && st.count > 0)
         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     // no block leaves while a peer's sends to it may be in flight; relaxed:
-    // the state's stores need no ordering here
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n"
-                 "barrier.cluster.wait.aligned;" ::
-                     : "memory");
+    // the state's stores need no ordering here. With the conv, every
+    // block's reads of the tails come before their owners' writes.
+    if constexpr (CV > 0) {
+        asm volatile("barrier.cluster.arrive.aligned;\n"
+                     "barrier.cluster.wait.aligned;" ::
+                         : "memory");
+        if (st.count > 0)
+            cv.store();
+    } else {
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;\n"
+                     "barrier.cluster.wait.aligned;" ::
+                         : "memory");
+    }
 #endif
 }
 
@@ -546,22 +682,30 @@ q35_gdn_rec4_body(const float *y, const float *z, float *o, const float *a,
 // most 64 registers (8 blocks of 128 threads an SM, for many streams of a
 // row each: more of the round's state in flight than the register form at
 // 4 blocks an SM, measured 2-4% faster over 8 and 32 streams).
-#define Q35_GDN_REC4(name, AHEAD, SM, MINB)                                    \
-    extern "C" __global__ void Q35_GDN_CLUSTER __launch_bounds__(              \
-        Q35_GDN_PART * 8, MINB)                                                \
+#define Q35_GDN_REC4(name, CLUSTER, MINB, ...)                                 \
+    extern "C" __global__ void CLUSTER __launch_bounds__(Q35_GDN_PART * 8,     \
+                                                         MINB)                 \
         name(const float *y, const float *z, float *o, const float *a,         \
              const float *b, int ldab, const float *neg_a,                     \
              const float *dt_bias, const float *gnorm,                         \
              const q35_gpu_stream *streams, const q35_gpu_row *rows, int slot, \
              int Hk, int Hv, int dk, int dv, float eps, int ldz, int n_lin,    \
-             q35_gpu_log lay, uint16_t *xo, int T)                             \
+             q35_gpu_log lay, uint16_t *xo, int T, const float *cw, int ldy)   \
     {                                                                          \
-        q35_gdn_rec4_body<AHEAD, SM>(y, z, o, a, b, ldab, neg_a, dt_bias,      \
-                                     gnorm, streams, rows, slot, Hk, Hv, dk,   \
-                                     dv, eps, ldz, n_lin, lay, xo, T);         \
+        q35_gdn_rec4_body<__VA_ARGS__>(y, z, o, a, b, ldab, neg_a, dt_bias,    \
+                                       gnorm, streams, rows, slot, Hk, Hv, dk, \
+                                       dv, eps, ldz, n_lin, lay, xo, T, cw,    \
+                                       ldy);                                   \
     }
-Q35_GDN_REC4(q35_gdn_rec4, true, false, 1)
-Q35_GDN_REC4(q35_gdn_rec4s, false, true, 4)
+Q35_GDN_REC4(q35_gdn_rec4, Q35_GDN_CLUSTER, 1, true, false)
+Q35_GDN_REC4(q35_gdn_rec4s, Q35_GDN_CLUSTER, 4, false, true)
+// ... with the conv (one stream's rounds, and windows, where its own launch
+// is a step's largest gap): clusters of one or two value heads per key
+// head, blocks of 2..4 warps (dk 33..128) or of one (dk <= 32)
+Q35_GDN_REC4(q35_gdn_rec4cv1, Q35_GDN_CLUSTER_CV(1), 1, true, false, 1, 1, 4)
+Q35_GDN_REC4(q35_gdn_rec4cv2, Q35_GDN_CLUSTER_CV(2), 1, true, false, 2, 1, 4)
+Q35_GDN_REC4(q35_gdn_rec4cv1w, Q35_GDN_CLUSTER_CV(1), 1, true, false, 1, 2, 1)
+Q35_GDN_REC4(q35_gdn_rec4cv2w, Q35_GDN_CLUSTER_CV(2), 1, true, false, 2, 2, 1)
 
 // commit(kept) on one cache: each GDN layer's state restarts from its
 // snapshot and takes the first `kept` logged steps. Block (value head,
