@@ -133,7 +133,7 @@ loom_status dflash_block_forward(const loom_drafter *d,
             loom_cpu_rmsnorm(xn + r * H, x + r * H, L->post_norm, H, eps);
         host->matmul(host, &L->gate, xn, gate, R);
         host->matmul(host, &L->up, xn, up, R);
-        loom_cpu_swiglu(gate, up, R * g->ffn);
+        loom_cpu_swiglu_rows(host, gate, up, R, g->ffn);
         host->matmul(host, &L->down, gate, o, R);
         for (int64_t r = 0; r < R; r++)
             loom_cpu_add(x + r * H, o + r * H, H);

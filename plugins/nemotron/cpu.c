@@ -438,7 +438,7 @@ static void mlp_block(fwd *f, const nem_layer *L)
 {
     const nem_geometry *g = f->g;
     loom_cpu_matmul_rows(f->host, &L->up, f->xn, f->a, f->n, f->prompt);
-    loom_cpu_relu2_inplace(f->a, (int64_t)f->n * g->mlp_inter);
+    loom_cpu_relu2_rows(f->host, f->a, f->n, g->mlp_inter);
     loom_cpu_matmul_rows(f->host, &L->down, f->a, f->mix, f->n, f->prompt);
 }
 
@@ -537,7 +537,7 @@ static void moe_block(fwd *f, const nem_layer *L)
         if (!cnt)
             continue;
         host->matmul(host, &L->ex_up[e], xg, hg, cnt);
-        loom_cpu_relu2_inplace(hg, (int64_t)cnt * g->moe_inter);
+        loom_cpu_relu2_rows(host, hg, cnt, g->moe_inter);
         host->matmul(host, &L->ex_down[e], hg, og, cnt);
         for (int32_t i = 0; i < cnt; i++)
             loom_cpu_axpy(f->mix + (size_t)rows[i] * H, wts[i],
@@ -545,7 +545,7 @@ static void moe_block(fwd *f, const nem_layer *L)
     }
     /* plus the shared expert */
     loom_cpu_matmul_rows(host, &L->up, f->xn, f->b, f->n, f->prompt);
-    loom_cpu_relu2_inplace(f->b, (int64_t)f->n * g->shared_inter);
+    loom_cpu_relu2_rows(host, f->b, f->n, g->shared_inter);
     loom_cpu_matmul_rows(host, &L->down, f->b, f->c, f->n, f->prompt);
     loom_cpu_add(f->mix, f->c, (int64_t)f->n * H);
 }

@@ -175,6 +175,36 @@ static void LOOM_ABI q35_attn_chunk_task(void *ctx, int64_t begin, int64_t end)
     }
 }
 
+/* Per row: q's and k's heads RMS-normed and rotated in place (q and its
+ * gate interleaved per head in big0, k in big1). */
+typedef struct q35_qk_job {
+    const loom_model *m;
+    const loom_round *round;
+    const q35_layer *L;
+} q35_qk_job;
+
+static void LOOM_ABI q35_qk_task(void *ctx, int64_t begin, int64_t end)
+{
+    const q35_qk_job *j = ctx;
+    const q35_geometry *g = &j->m->g;
+    const q35_scratch *s = &j->m->s;
+    int64_t nh = g->n_heads, nkv = g->n_kv_heads, hd = g->head_dim;
+    float eps = (float)g->eps;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t pos = loom_round_row(j->round, (int32_t)t)->position;
+        float *qg = s->big0 + t * 2 * nh * hd;
+        float *k = s->big1 + t * nkv * hd;
+        for (int64_t h = 0; h < nh; h++) {
+            float *q = qg + h * 2 * hd;
+            loom_cpu_rmsnorm(q, q, j->L->q_norm, hd, eps);
+            loom_cpu_rope_neox(q, 1, hd, g->rot_dim, j->m->inv_freq, pos);
+        }
+        for (int64_t h = 0; h < nkv; h++)
+            loom_cpu_rmsnorm(k + h * hd, k + h * hd, j->L->k_norm, hd, eps);
+        loom_cpu_rope_neox(k, nkv, hd, g->rot_dim, j->m->inv_freq, pos);
+    }
+}
+
 static void q35_attention(loom_model *m, const loom_round *round,
                           const q35_layer *L, int slot)
 {
@@ -183,25 +213,20 @@ static void q35_attention(loom_model *m, const loom_round *round,
     q35_scratch *s = &m->s;
     int64_t T = round->n_rows, nh = g->n_heads, nkv = g->n_kv_heads;
     int64_t hd = g->head_dim;
-    float eps = (float)g->eps;
     loom_cpu_matmul_rows(host, &L->q_proj, s->xn, s->big0, T, s->prompt);
     loom_cpu_matmul_rows(host, &L->k_proj, s->xn, s->big1, T, s->prompt);
     loom_cpu_matmul_rows(host, &L->v_proj, s->xn, s->big2, T, s->prompt);
+    /* a decode round is not worth a wake-up */
+    q35_qk_job qk = {m, round, L};
+    if (T < 8)
+        q35_qk_task(&qk, 0, T);
+    else
+        host->parallel_for(host, T, q35_qk_task, &qk);
+    /* every row's K/V first: later rows of a stream attend to earlier */
     for (int64_t t = 0; t < T; t++) {
         const loom_row *r = loom_round_row(round, (int32_t)t);
-        float *qg = s->big0 + t * 2 * nh * hd;
-        float *k = s->big1 + t * nkv * hd;
-        for (int64_t h = 0; h < nh; h++) {
-            float *q = qg + h * 2 * hd;
-            loom_cpu_rmsnorm(q, q, L->q_norm, hd, eps);
-            loom_cpu_rope_neox(q, 1, hd, g->rot_dim, m->inv_freq, r->position);
-        }
-        for (int64_t h = 0; h < nkv; h++)
-            loom_cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, eps);
-        loom_cpu_rope_neox(k, nkv, hd, g->rot_dim, m->inv_freq, r->position);
-        /* every row's K/V first: later rows of a stream attend to earlier */
-        loom_cpu_kv_put(&r->cache->kv[slot], r->position, k,
-                        s->big2 + t * nkv * hd);
+        loom_cpu_kv_put(&r->cache->kv[slot], r->position,
+                        s->big1 + t * nkv * hd, s->big2 + t * nkv * hd);
     }
     /* prompt chunks attend in blocks of rows, the rest row by row (all of
      * them when a prompt chunk's rows are not consecutive) */
@@ -489,7 +514,7 @@ static void q35_mlp(loom_model *m, const q35_layer *L, int64_t T)
     q35_scratch *s = &m->s;
     loom_cpu_matmul_rows(host, &L->gate, s->xn, s->big0, T, s->prompt);
     loom_cpu_matmul_rows(host, &L->up, s->xn, s->big1, T, s->prompt);
-    loom_cpu_swiglu(s->big0, s->big1, T * m->g.ffn);
+    loom_cpu_swiglu_rows(host, s->big0, s->big1, T, m->g.ffn);
     loom_cpu_matmul_rows(host, &L->down, s->big0, s->proj, T, s->prompt);
 }
 

@@ -276,7 +276,7 @@ void q35_moe_forward(loom_model *m, const q35_layer *L, const float *xn,
         const q35_expert *x = &L->experts[e];
         host->matmul(host, &x->gate, s->gx, sc->big0, n);
         host->matmul(host, &x->up, s->gx, sc->big1, n);
-        loom_cpu_swiglu(sc->big0, sc->big1, n * F);
+        loom_cpu_swiglu_rows(host, sc->big0, sc->big1, n, F);
         host->matmul(host, &x->down, sc->big0, s->gout, n);
         for (int64_t j = 0; j < n; j++)
             loom_cpu_axpy(proj + (ch[j] / K) * H, s->sel_w[ch[j]],
@@ -286,7 +286,7 @@ void q35_moe_forward(loom_model *m, const q35_layer *L, const float *xn,
         return;
     host->matmul(host, &L->sh_gate, xn, sc->big0, T);
     host->matmul(host, &L->sh_up, xn, sc->big1, T);
-    loom_cpu_swiglu(sc->big0, sc->big1, T * g->shared_ffn);
+    loom_cpu_swiglu_rows(host, sc->big0, sc->big1, T, g->shared_ffn);
     host->matmul(host, &L->sh_down, sc->big0, s->gout, T);
     host->matmul(host, &L->sh_gate_w, xn, s->shg, T);
     for (int64_t t = 0; t < T; t++)

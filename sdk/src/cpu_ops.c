@@ -611,3 +611,35 @@ void loom_cpu_add_rows(const loom_host *host, float *y, const float *x,
     else
         host->parallel_for(host, rows, add_task, &j);
 }
+
+static void LOOM_ABI swiglu_task(void *ctx, int64_t r0, int64_t r1)
+{
+    const rows_job *j = ctx;
+    loom_cpu_swiglu(j->out + r0 * j->n, j->x + r0 * j->n, (r1 - r0) * j->n);
+}
+
+static void LOOM_ABI relu2_task(void *ctx, int64_t r0, int64_t r1)
+{
+    const rows_job *j = ctx;
+    loom_cpu_relu2_inplace(j->out + r0 * j->n, (r1 - r0) * j->n);
+}
+
+void loom_cpu_swiglu_rows(const loom_host *host, float *a, const float *b,
+                          int64_t rows, int64_t n)
+{
+    rows_job j = {a, b, NULL, n, 0.0f};
+    if (rows < ROWS_PARALLEL)
+        swiglu_task(&j, 0, rows);
+    else
+        host->parallel_for(host, rows, swiglu_task, &j);
+}
+
+void loom_cpu_relu2_rows(const loom_host *host, float *x, int64_t rows,
+                         int64_t n)
+{
+    rows_job j = {x, NULL, NULL, n, 0.0f};
+    if (rows < ROWS_PARALLEL)
+        relu2_task(&j, 0, rows);
+    else
+        host->parallel_for(host, rows, relu2_task, &j);
+}

@@ -214,6 +214,12 @@ void loom_cpu_rmsnorm_rows(const loom_host *host, float *out, const float *x,
                            const float *w, int64_t rows, int64_t n, float eps);
 void loom_cpu_add_rows(const loom_host *host, float *y, const float *x,
                        int64_t rows, int64_t n);
+/* loom_cpu_swiglu (a = gate, b = up) and loom_cpu_relu2_inplace over rows x
+ * n, split by rows the same way. */
+void loom_cpu_swiglu_rows(const loom_host *host, float *a, const float *b,
+                          int64_t rows, int64_t n);
+void loom_cpu_relu2_rows(const loom_host *host, float *x, int64_t rows,
+                         int64_t n);
 
 #ifdef __cplusplus
 }
