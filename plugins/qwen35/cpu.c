@@ -128,9 +128,7 @@ static void LOOM_ABI q35_attn_task(void *ctx, int64_t begin, int64_t end)
                                      (int64_t)r->position + 1, kv->width, hd,
                                      scale);
         /* output gate: o *= sigmoid(gate) */
-        const float *gate = q + hd;
-        for (int64_t d = 0; d < hd; d++)
-            o[d] *= loom_cpu_sigmoid(gate[d]);
+        loom_cpu_gate_sigmoid(o, q + hd, hd);
     }
 }
 
@@ -166,12 +164,9 @@ static void LOOM_ABI q35_attn_chunk_task(void *ctx, int64_t begin, int64_t end)
         loom_cpu_attend_chunk(o, nh * hd, q, 2 * nh * hd, n, r->position,
                               kv->k + kvh * hd, kv->v + kvh * hd, kv->width, hd,
                               scale);
-        for (int64_t a = 0; a < n; a++) {
-            const float *gate = q + a * 2 * nh * hd + hd;
-            float *oa = o + a * nh * hd;
-            for (int64_t d = 0; d < hd; d++)
-                oa[d] *= loom_cpu_sigmoid(gate[d]);
-        }
+        for (int64_t a = 0; a < n; a++)
+            loom_cpu_gate_sigmoid(o + a * nh * hd, q + a * 2 * nh * hd + hd,
+                                  hd);
     }
 }
 
@@ -316,9 +311,24 @@ static void LOOM_ABI q35_gdn_conv_task(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-/* Per stream, rows in order: beta and the decay, and the log a window's
- * rows keep for the commit replay. */
+/* Per round row: beta and the decay of each value head. */
 static void LOOM_ABI q35_gdn_gate_task(void *ctx, int64_t begin, int64_t end)
+{
+    const q35_gdn_job *j = ctx;
+    q35_scratch *s = &j->m->s;
+    int64_t Hv = j->m->g.lin_v_heads;
+    for (int64_t t = begin; t < end; t++)
+        for (int64_t h = 0; h < Hv; h++) {
+            float a = s->a[t * Hv + h] + j->L->dt_bias[h];
+            s->decay[t * Hv + h] =
+                loom_cpu_expf(j->L->neg_a[h] * loom_cpu_softplus(a));
+            s->beta[t * Hv + h] = loom_cpu_sigmoid(s->b[t * Hv + h]);
+        }
+}
+
+/* Per stream, rows in order: the log a window's rows keep for the commit
+ * replay. */
+static void LOOM_ABI q35_gdn_log_task(void *ctx, int64_t begin, int64_t end)
 {
     const q35_gdn_job *j = ctx;
     loom_model *m = j->m;
@@ -331,12 +341,6 @@ static void LOOM_ABI q35_gdn_gate_task(void *ctx, int64_t begin, int64_t end)
         loom_cache *c = st->cache;
         for (int32_t k = 0; k < st->count; k++) {
             int64_t t = loom_plan_row(&m->plan, st, k);
-            for (int64_t h = 0; h < Hv; h++) {
-                float a = s->a[t * Hv + h] + j->L->dt_bias[h];
-                s->decay[t * Hv + h] =
-                    loom_cpu_expf(j->L->neg_a[h] * loom_cpu_softplus(a));
-                s->beta[t * Hv + h] = loom_cpu_sigmoid(s->b[t * Hv + h]);
-            }
             int32_t li = loom_window_index(st, k);
             if (li < 0)
                 continue;
@@ -494,7 +498,16 @@ static void q35_gdn(loom_model *m, const loom_round *round, const q35_layer *L,
     q35_gdn_job job = {m, round, L, slot};
     host->parallel_for(host, (int64_t)n_streams * q35_conv_blocks(&m->g),
                        q35_gdn_conv_task, &job);
-    host->parallel_for(host, n_streams, q35_gdn_gate_task, &job);
+    /* a decode round is not worth a wake-up */
+    if (T < 8)
+        q35_gdn_gate_task(&job, 0, T);
+    else
+        host->parallel_for(host, T, q35_gdn_gate_task, &job);
+    int logs = 0;
+    for (int32_t i = 0; i < n_streams; i++)
+        logs += m->plan.streams[i].first_spec >= 0;
+    if (logs > 0)
+        host->parallel_for(host, n_streams, q35_gdn_log_task, &job);
     /* prompt chunks in the chunkwise form, the rest row by row */
     int chunks = 0;
     for (int32_t i = 0; i < n_streams; i++)

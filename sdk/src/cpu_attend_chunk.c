@@ -1,15 +1,23 @@
-/* Attention for the rows of a prompt chunk: four query rows of one head at
- * a time over the same K and V, the scores as sixteen-lane sums, each K
- * and V row read once for the four. Its sums run in another order than
- * loom_cpu_attend_head_blocked's (the rows' kernel), so it agrees with it
- * within float32 rounding, not bit for bit: for prompt chunks only, as
- * host->matmul_prompt. */
+/* Attention for the rows of a prompt chunk. Where the CPU has AVX-512, 32
+ * query rows of one head at a time as two small matrix products on FMA
+ * (scores with the rows across the lanes, then the weighted values with
+ * the head's columns across them); elsewhere four rows at a time over the
+ * same K and V, the scores as sixteen-lane sums. Either sums in another
+ * order than loom_cpu_attend_head_blocked's (the rows' kernel), so it
+ * agrees with it within float32 rounding, not bit for bit: for prompt
+ * chunks only, as host->matmul_prompt. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <loom/cpu_math.h>
 #include <loom/cpu_ops.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) &&        \
+    !defined(_WIN32)
+#include <immintrin.h>
+#define CHUNK_AVX512 1
+#endif
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) &&         \
     !defined(_WIN32)
@@ -76,11 +84,146 @@ static void chunk_axpys(float *const *out, const float *p, const float *v,
             out[r][i] += p[r] * v[i];
 }
 
+#ifdef CHUNK_AVX512
+enum { QB = 32, KT = 8 }; /* query rows a block; keys a score tile */
+
+#define CHUNK_TARGET __attribute__((target("avx512f")))
+
+/* Block rows [0, nr) of nr <= QB, at positions p + r, over keys [0, p + nr):
+ * st [keys rounded up to KT][QB] holds row r's scores in lane r, qt
+ * [head_dim][QB] the rows transposed. */
+CHUNK_TARGET static void block512(float *out, int64_t out_stride,
+                                  const float *q, int64_t q_stride, int nr,
+                                  int64_t p, const float *k, const float *v,
+                                  int64_t stride, int64_t hd, float scale,
+                                  float *qt, float *st)
+{
+    int64_t nk = p + nr;
+    for (int64_t d = 0; d < hd; d++)
+        for (int r = 0; r < QB; r++)
+            qt[d * QB + r] = r < nr ? q[r * q_stride + d] : 0.0f;
+    /* scores: KT keys by 32 rows a tile, k broadcast down the column */
+    __m512 sv = _mm512_set1_ps(scale);
+    for (int64_t j0 = 0; j0 < nk; j0 += KT) {
+        const float *kr[KT];
+        for (int c = 0; c < KT; c++)
+            kr[c] = k + (j0 + c < nk ? j0 + c : nk - 1) * stride;
+        __m512 a[KT][2];
+        for (int c = 0; c < KT; c++)
+            a[c][0] = a[c][1] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < hd; d++) {
+            __m512 q0 = _mm512_loadu_ps(qt + d * QB);
+            __m512 q1 = _mm512_loadu_ps(qt + d * QB + 16);
+            for (int c = 0; c < KT; c++) {
+                __m512 kb = _mm512_set1_ps(kr[c][d]);
+                a[c][0] = _mm512_fmadd_ps(kb, q0, a[c][0]);
+                a[c][1] = _mm512_fmadd_ps(kb, q1, a[c][1]);
+            }
+        }
+        for (int c = 0; c < KT; c++) {
+            _mm512_storeu_ps(st + (j0 + c) * QB, _mm512_mul_ps(a[c][0], sv));
+            _mm512_storeu_ps(st + (j0 + c) * QB + 16,
+                             _mm512_mul_ps(a[c][1], sv));
+        }
+    }
+    /* row r sees keys [0, p + r]: the rest out of the max, then weigh 0 */
+    for (int64_t j = p; j < nk; j++)
+        for (int r = 0; r < (int)(j - p); r++)
+            st[j * QB + r] = -INFINITY;
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+    for (int64_t j = 0; j < nk; j++) {
+        m0 = _mm512_max_ps(m0, _mm512_loadu_ps(st + j * QB));
+        m1 = _mm512_max_ps(m1, _mm512_loadu_ps(st + j * QB + 16));
+    }
+    for (int64_t j = 0; j < nk; j++) {
+        _mm512_storeu_ps(st + j * QB,
+                         _mm512_sub_ps(_mm512_loadu_ps(st + j * QB), m0));
+        _mm512_storeu_ps(st + j * QB + 16,
+                         _mm512_sub_ps(_mm512_loadu_ps(st + j * QB + 16), m1));
+    }
+    loom_cpu_expf_n(st, st, nk * QB);
+    for (int64_t j = p; j < nk; j++)
+        for (int r = 0; r < (int)(j - p); r++)
+            st[j * QB + r] = 0.0f;
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+    for (int64_t j = 0; j < nk; j++) {
+        s0 = _mm512_add_ps(s0, _mm512_loadu_ps(st + j * QB));
+        s1 = _mm512_add_ps(s1, _mm512_loadu_ps(st + j * QB + 16));
+    }
+    float inv[QB];
+    _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), s0));
+    _mm512_storeu_ps(inv + 16, _mm512_div_ps(_mm512_set1_ps(1.0f), s1));
+    /* the weighted values: 4 rows by 64 columns a tile, the weight
+     * broadcast along the row */
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        for (int64_t d0 = 0; d0 < hd; d0 += 64) {
+            __mmask16 mk[4];
+            for (int i = 0; i < 4; i++) {
+                int64_t left = hd - d0 - 16 * i;
+                mk[i] = left >= 16  ? (__mmask16)0xffff
+                        : left <= 0 ? (__mmask16)0
+                                    : (__mmask16)((1u << left) - 1u);
+            }
+            __m512 a[4][4];
+            for (int r = 0; r < 4; r++)
+                for (int i = 0; i < 4; i++)
+                    a[r][i] = _mm512_setzero_ps();
+            for (int64_t j = 0; j < nk; j++) {
+                const float *vr = v + j * stride + d0;
+                __m512 vv[4];
+                for (int i = 0; i < 4; i++)
+                    vv[i] = _mm512_maskz_loadu_ps(mk[i], vr + 16 * i);
+                for (int r = 0; r < 4; r++) {
+                    __m512 pb = _mm512_set1_ps(st[j * QB + r0 + r]);
+                    for (int i = 0; i < 4; i++)
+                        a[r][i] = _mm512_fmadd_ps(pb, vv[i], a[r][i]);
+                }
+            }
+            for (int r = 0; r < 4 && r0 + r < nr; r++) {
+                __m512 iv = _mm512_set1_ps(inv[r0 + r]);
+                float *o = out + (r0 + r) * out_stride + d0;
+                for (int i = 0; i < 4; i++)
+                    _mm512_mask_storeu_ps(o + 16 * i, mk[i],
+                                          _mm512_mul_ps(a[r][i], iv));
+            }
+        }
+    }
+}
+
+/* The AVX-512 form over every block of 32 rows; 0 where the CPU lacks it
+ * or its scratch cannot be had. */
+static int chunk512(float *out, int64_t out_stride, const float *q,
+                    int64_t q_stride, int64_t n_rows, int64_t pos0,
+                    const float *k, const float *v, int64_t stride,
+                    int64_t head_dim, float scale)
+{
+    if (!__builtin_cpu_supports("avx512f"))
+        return 0;
+    int64_t keys = (pos0 + n_rows + KT - 1) / KT * KT;
+    float *qt = malloc((size_t)(head_dim + keys) * QB * sizeof(float));
+    if (!qt)
+        return 0;
+    float *st = qt + head_dim * QB;
+    for (int64_t r0 = 0; r0 < n_rows; r0 += QB) {
+        int nr = n_rows - r0 < QB ? (int)(n_rows - r0) : QB;
+        block512(out + r0 * out_stride, out_stride, q + r0 * q_stride, q_stride,
+                 nr, pos0 + r0, k, v, stride, head_dim, scale, qt, st);
+    }
+    free(qt);
+    return 1;
+}
+#endif
+
 void loom_cpu_attend_chunk(float *out, int64_t out_stride, const float *q,
                            int64_t q_stride, int64_t n_rows, int64_t pos0,
                            const float *k, const float *v, int64_t stride,
                            int64_t head_dim, float scale)
 {
+#ifdef CHUNK_AVX512
+    if (chunk512(out, out_stride, q, q_stride, n_rows, pos0, k, v, stride,
+                 head_dim, scale))
+        return;
+#endif
     int64_t most = pos0 + n_rows;
     /* the four rows' scores, then an output for rows past the chunk */
     float *sc = malloc((size_t)(ROWS * most + head_dim) * sizeof(float));

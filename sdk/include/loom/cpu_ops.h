@@ -32,6 +32,8 @@ void loom_cpu_scale(float *x, float a, int64_t n);
 void loom_cpu_add(float *y, const float *x, int64_t n);
 /* x[i] = silu(x[i]) */
 void loom_cpu_silu_inplace(float *x, int64_t n);
+/* o[i] *= sigmoid(gate[i]) (an output gate) */
+void loom_cpu_gate_sigmoid(float *o, const float *gate, int64_t n);
 /* a[i] = silu(a[i]) * b[i] (SwiGLU: a = gate, b = up) */
 void loom_cpu_swiglu(float *a, const float *b, int64_t n);
 /* x[i] = max(x[i], 0)^2 (relu², Nemotron-H MLP) */
