@@ -365,9 +365,9 @@ static void LOOM_ABI attend_slots(void *ctx, int64_t s0, int64_t s1)
 }
 
 /* A prompt chunk's rows (consecutive in the round, from round row t0) in
- * blocks of NEM_ATTN_BLOCK per query head: loom_cpu_attend_chunk, four
- * rows sharing each K and V row. */
-#define NEM_ATTN_BLOCK 16
+ * blocks of NEM_ATTN_BLOCK per query head: loom_cpu_attend_chunk (whose
+ * AVX-512 form takes 32 rows at a time). */
+#define NEM_ATTN_BLOCK 32
 struct chunk_job {
     fwd *f;
     const nem_layer *L;

@@ -133,9 +133,9 @@ static void LOOM_ABI q35_attn_task(void *ctx, int64_t begin, int64_t end)
 }
 
 /* A prompt chunk's rows (consecutive in the round, from round row t0) in
- * blocks of Q35_ATTN_BLOCK per query head: loom_cpu_attend_chunk, four rows
- * sharing each K and V row, then the output gates. */
-#define Q35_ATTN_BLOCK 16
+ * blocks of Q35_ATTN_BLOCK per query head: loom_cpu_attend_chunk (whose
+ * AVX-512 form takes 32 rows at a time), then the output gates. */
+#define Q35_ATTN_BLOCK 32
 typedef struct q35_chunk_job {
     const loom_model *m;
     const loom_round *round;
