@@ -382,8 +382,11 @@ static void LOOM_ABI attend_chunk(void *ctx, int64_t begin, int64_t end)
     const nem_geometry *g = f->g;
     int64_t nq = g->n_q_heads, hd = g->head_dim;
     int64_t group = nq / g->n_kv_heads, q_w = nq * hd;
+    int64_t nb = (j->count + NEM_ATTN_BLOCK - 1) / NEM_ATTN_BLOCK;
     for (int64_t i = begin; i < end; i++) {
-        int64_t k0 = (i / nq) * NEM_ATTN_BLOCK, h = i % nq;
+        int64_t b, h;
+        loom_cpu_chunk_item(i, nb, nq, &b, &h);
+        int64_t k0 = b * NEM_ATTN_BLOCK;
         int64_t n =
             j->count - k0 < NEM_ATTN_BLOCK ? j->count - k0 : NEM_ATTN_BLOCK;
         int64_t r = j->t0 + k0;

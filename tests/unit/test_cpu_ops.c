@@ -296,6 +296,41 @@ START_TEST(attention_chunk_bound)
 }
 END_TEST
 
+/* loom_cpu_chunk_item visits every (block, head) once, and with causal
+ * costs (block b costs b + 1, (nb + 1) / 2 on average) each of the pool's
+ * equal runs of items costs its length times the average within one
+ * block's cost, where block-major order gives the last run the dearest
+ * blocks (16 blocks of 8 heads on 16 threads: 8 against 128). */
+START_TEST(chunk_items_balance)
+{
+    static const int64_t shapes[][3] = {{16, 8, 16}, {15, 8, 16}, {64, 2, 16},
+                                        {7, 8, 16},  {5, 14, 16}, {1, 3, 2}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        int64_t nb = shapes[c][0], nh = shapes[c][1], parts = shapes[c][2];
+        int64_t n = nb * nh;
+        char seen[64 * 16] = {0};
+        for (int64_t p = 0; p < parts; p++) {
+            int64_t a = n * p / parts, z = n * (p + 1) / parts, cost = 0;
+            for (int64_t i = a; i < z; i++) {
+                int64_t b, h;
+                loom_cpu_chunk_item(i, nb, nh, &b, &h);
+                ck_assert(b >= 0 && b < nb && h >= 0 && h < nh);
+                ck_assert_int_eq(seen[b * nh + h], 0);
+                seen[b * nh + h] = 1;
+                cost += b + 1;
+            }
+            /* twice the distance from the average, in integers */
+            int64_t d = 2 * cost - (z - a) * (nb + 1);
+            ck_assert_msg(d <= 2 * nb && d >= -2 * nb,
+                          "shape %zu, run %lld: cost %lld for %lld items", c,
+                          (long long)p, (long long)cost, (long long)(z - a));
+        }
+        for (int64_t i = 0; i < n; i++)
+            ck_assert_int_eq(seen[i], 1);
+    }
+}
+END_TEST
+
 START_TEST(attention_gqa)
 {
     /* 4 query heads over 2 KV heads of dim 2: heads 0,1 read KV head 0 */
@@ -434,6 +469,7 @@ int main(void)
     tcase_add_test(tc, attention_blocked_long);
     tcase_add_test(tc, attention_gqa);
     tcase_add_test(tc, attention_chunk_bound);
+    tcase_add_test(tc, chunk_items_balance);
     tcase_add_test(tc, conv);
     tcase_add_test(tc, conv_rows_equal_steps);
     tcase_add_test(tc, tensors);
