@@ -609,24 +609,28 @@ static void LOOM_ABI add_task(void *ctx, int64_t r0, int64_t r1)
 /* Rows below this run on the caller: a decode round is not worth a wake-up. */
 #define ROWS_PARALLEL 8
 
+/* fn over the rows: on the pool from ROWS_PARALLEL rows, else here. */
+static void rows_run(const loom_host *host, int64_t rows, loom_range_fn fn,
+                     rows_job *j)
+{
+    if (rows < ROWS_PARALLEL)
+        fn(j, 0, rows);
+    else
+        host->parallel_for(host, rows, fn, j);
+}
+
 void loom_cpu_rmsnorm_rows(const loom_host *host, float *out, const float *x,
                            const float *w, int64_t rows, int64_t n, float eps)
 {
     rows_job j = {out, x, w, n, eps};
-    if (rows < ROWS_PARALLEL)
-        norm_task(&j, 0, rows);
-    else
-        host->parallel_for(host, rows, norm_task, &j);
+    rows_run(host, rows, norm_task, &j);
 }
 
 void loom_cpu_add_rows(const loom_host *host, float *y, const float *x,
                        int64_t rows, int64_t n)
 {
     rows_job j = {y, x, NULL, n, 0.0f};
-    if (rows < ROWS_PARALLEL)
-        add_task(&j, 0, rows);
-    else
-        host->parallel_for(host, rows, add_task, &j);
+    rows_run(host, rows, add_task, &j);
 }
 
 static void LOOM_ABI swiglu_task(void *ctx, int64_t r0, int64_t r1)
@@ -645,18 +649,12 @@ void loom_cpu_swiglu_rows(const loom_host *host, float *a, const float *b,
                           int64_t rows, int64_t n)
 {
     rows_job j = {a, b, NULL, n, 0.0f};
-    if (rows < ROWS_PARALLEL)
-        swiglu_task(&j, 0, rows);
-    else
-        host->parallel_for(host, rows, swiglu_task, &j);
+    rows_run(host, rows, swiglu_task, &j);
 }
 
 void loom_cpu_relu2_rows(const loom_host *host, float *x, int64_t rows,
                          int64_t n)
 {
     rows_job j = {x, NULL, NULL, n, 0.0f};
-    if (rows < ROWS_PARALLEL)
-        relu2_task(&j, 0, rows);
-    else
-        host->parallel_for(host, rows, relu2_task, &j);
+    rows_run(host, rows, relu2_task, &j);
 }
