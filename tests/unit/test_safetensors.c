@@ -596,7 +596,7 @@ END_TEST
 /* ---------------------------------------------------------------- fixtures */
 
 typedef struct want_list {
-    char names[256][96];
+    char names[256][128];
     int64_t shapes[256][4];
     int ndims[256];
     int n;
