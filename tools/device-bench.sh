@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# device-bench.sh STAGE [PARTS...]: runs on the GPU machine, from the
+# repository root there, with a build staged by tools/device-stage.sh in
+# STAGE (e.g. .stage/main); writes few files under $OUT (a device call
+# returns only so many): all.txt (the log), cpu.jsonl and gpu.jsonl (one
+# tag line, then loom bench's lines). PARTS, in the order given, any of:
+#   cpu    membw at 1 / 4 / 16 threads; 0.8B decode at 1 / 4 / 16 threads and
+#          prefill of 128 / 2,048 at 16; Nemotron-H 13 layers; the KJV model
+#   tests  every tests/gpu suite staged (their summaries into all.txt)
+#   gpu    one stream of 2B and 9B BF16 with tools/cublas_graph_bench.py
+#          beside each, and a 16-row window of 9B on the tensor-core engine
+#   ncu    per-kernel times of a 16-row prompt and one-row steps on 9B
+#          (tools/ncu_forwards.py)
+# Without PARTS: cpu tests gpu. Set PREV to a second staged loom to run the
+# CPU prefill of each size with both, alternated.
+set -u
+stage=${1:?usage: device-bench.sh STAGE [cpu|tests|gpu|ncu]...}
+shift
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(cpu tests gpu)
+. "$stage/setup.sh"
+L=$stage/loom
+A=$OUT/all.txt
+log() { echo "== $(date +%T) $*" >>"$A"; }
+cb() {
+  local tag=$1 bin=$2
+  shift 2
+  echo "{\"tag\": \"$tag\"}" >>"$OUT/cpu.jsonl"
+  "$bin" bench "$@" --device cpu 2>>"$A" | tail -n 1 >>"$OUT/cpu.jsonl"
+}
+gb() {
+  local tag=$1
+  shift
+  echo "{\"tag\": \"$tag\"}" >>"$OUT/gpu.jsonl"
+  "$L" bench "$@" --device cuda 2>>"$A" | grep '"streams"' >>"$OUT/gpu.jsonl"
+}
+{ nvidia-smi -L; lscpu | grep -E "Model name|Core|Socket|NUMA node\(s\)"; } >>"$A" 2>&1
+for part in "${parts[@]}"; do
+  log "$part"
+  case $part in
+  cpu)
+    cc -O2 -pthread tools/membw.c -o /tmp/membw 2>>"$A" || cp "$stage/membw" /tmp/membw
+    for T in 1 4 16; do echo "membw $T: $(/tmp/membw 2048 $T 2>&1 | tail -1)" >>"$A"; done
+    python3 tools/make_qwen35_bench.py /tmp/c08 --geometry 0.8b >/dev/null
+    python3 tools/make_nemotron_bench.py /tmp/nem --layers 13 >/dev/null
+    for _ in 1 2; do
+      for T in 1 4 16; do
+        cb "dec08_t$T" "$L" /tmp/c08 --streams 1 --prompt 8 --gen 24 --threads $T
+      done
+    done
+    for P in 128 2048; do
+      for _ in 1 2; do
+        cb "pre08_$P" "$L" /tmp/c08 --streams 1 --prompt $P --gen 2 --threads 16
+        [ -n "${PREV:-}" ] && cb "pre08_${P}_prev" "$PREV" /tmp/c08 --streams 1 --prompt $P --gen 2 --threads 16
+      done
+    done
+    for T in 1 4 16; do
+      cb "decnem_t$T" "$L" /tmp/nem --streams 1 --prompt 8 --gen 16 --threads $T
+    done
+    for P in 128 512; do
+      cb "prenem_$P" "$L" /tmp/nem --streams 1 --prompt $P --gen 2 --threads 16
+      [ -n "${PREV:-}" ] && cb "prenem_${P}_prev" "$PREV" /tmp/nem --streams 1 --prompt $P --gen 2 --threads 16
+    done
+    for T in 1 16; do
+      cb "kjv_t$T" "$L" models/kjv-qwen35 --streams 1 --prompt 128 --gen 128 --threads $T
+    done
+    rm -rf /tmp/c08 /tmp/nem
+    ;;
+  tests)
+    for t in "$stage"/gpu_test_*; do
+      n=$(basename "$t")
+      timeout 300 "$t" >"/tmp/$n.log" 2>&1
+      echo "$n rc $?: $(grep -E 'Checks|skipped' "/tmp/$n.log" | tail -1)" >>"$A"
+    done
+    ;;
+  gpu)
+    for geo in 2b 9b; do
+      python3 tools/make_qwen35_bench.py /tmp/b --geometry $geo >/dev/null
+      gb "$geo" /tmp/b --streams 1,1 --prompt 8 --gen 128
+      python3 tools/cublas_graph_bench.py --geometry $geo 2>&1 | tail -2 >>"$A"
+      [ $geo = 9b ] && gb 9b_window /tmp/b --streams 1,1,8 --prompt 16 --gen 4
+      rm -rf /tmp/b
+    done
+    ;;
+  ncu)
+    python3 tools/make_qwen35_bench.py /tmp/b --geometry 9b >/dev/null
+    timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum \
+      --csv --print-units base "$L" bench /tmp/b --device cuda \
+      --streams 1,1,1 --prompt 16 --gen 2 >/tmp/ncu.csv 2>>"$A"
+    python3 tools/ncu_forwards.py /tmp/ncu.csv >>"$A" 2>&1
+    rm -rf /tmp/b
+    ;;
+  *) echo "unknown part $part" >>"$A" ;;
+  esac
+done
+log "done"
