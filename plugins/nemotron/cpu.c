@@ -385,7 +385,7 @@ static void LOOM_ABI attend_chunk(void *ctx, int64_t begin, int64_t end)
     int64_t nb = (j->count + NEM_ATTN_BLOCK - 1) / NEM_ATTN_BLOCK;
     for (int64_t i = begin; i < end; i++) {
         int64_t b, h;
-        loom_cpu_chunk_item(i, nb, nq, &b, &h);
+        loom_cpu_chunk_item(i, nb, &b, &h);
         int64_t k0 = b * NEM_ATTN_BLOCK;
         int64_t n =
             j->count - k0 < NEM_ATTN_BLOCK ? j->count - k0 : NEM_ATTN_BLOCK;

@@ -155,7 +155,7 @@ static void LOOM_ABI q35_attn_chunk_task(void *ctx, int64_t begin, int64_t end)
     int64_t nb = (j->count + Q35_ATTN_BLOCK - 1) / Q35_ATTN_BLOCK;
     for (int64_t i = begin; i < end; i++) {
         int64_t b, h;
-        loom_cpu_chunk_item(i, nb, nh, &b, &h);
+        loom_cpu_chunk_item(i, nb, &b, &h);
         int64_t k0 = b * Q35_ATTN_BLOCK;
         int64_t n =
             j->count - k0 < Q35_ATTN_BLOCK ? j->count - k0 : Q35_ATTN_BLOCK;

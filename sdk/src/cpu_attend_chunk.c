@@ -316,10 +316,10 @@ void loom_cpu_attend_chunk(float *out, int64_t out_stride, const float *q,
     free(sc);
 }
 
-void loom_cpu_chunk_item(int64_t i, int64_t n_blocks, int64_t n_heads,
-                         int64_t *block, int64_t *head)
+void loom_cpu_chunk_item(int64_t i, int64_t n_blocks, int64_t *block,
+                         int64_t *head)
 {
     int64_t j = i % n_blocks;
-    *head = i / n_blocks % n_heads;
+    *head = i / n_blocks;
     *block = j % 2 == 0 ? j / 2 : n_blocks - 1 - j / 2;
 }

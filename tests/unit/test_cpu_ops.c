@@ -313,7 +313,7 @@ START_TEST(chunk_items_balance)
             int64_t a = n * p / parts, z = n * (p + 1) / parts, cost = 0;
             for (int64_t i = a; i < z; i++) {
                 int64_t b, h;
-                loom_cpu_chunk_item(i, nb, nh, &b, &h);
+                loom_cpu_chunk_item(i, nb, &b, &h);
                 ck_assert(b >= 0 && b < nb && h >= 0 && h < nh);
                 ck_assert_int_eq(seen[b * nh + h], 0);
                 seen[b * nh + h] = 1;

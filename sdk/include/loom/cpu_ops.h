@@ -132,13 +132,13 @@ void loom_cpu_attend_chunk(float *out, int64_t out_stride, const float *q,
                            int64_t q_stride, int64_t n_rows, int64_t pos0,
                            const float *k, const float *v, int64_t stride,
                            int64_t head_dim, float scale);
-/* Item i of a parallel loop over n_blocks blocks of a prompt chunk's rows
- * times n_heads heads, as (block, head): head-major, and within a head the
- * blocks in the order 0, n-1, 1, n-2, ... A later block attends to more
- * keys, so the pool's equal runs of items (one per thread) each take
- * cheap and dear blocks alike instead of one thread taking the last ones. */
-void loom_cpu_chunk_item(int64_t i, int64_t n_blocks, int64_t n_heads,
-                         int64_t *block, int64_t *head);
+/* Item i (below n_blocks x heads) of a parallel loop over the blocks of a
+ * prompt chunk's rows and its heads, as (block, head): head-major, within
+ * a head the blocks in the order 0, n-1, 1, n-2, ... A later block attends
+ * to more keys, so the pool's equal runs of items (one per thread) each
+ * take cheap and dear blocks alike instead of one thread the last ones. */
+void loom_cpu_chunk_item(int64_t i, int64_t n_blocks, int64_t *block,
+                         int64_t *head);
 /* All n_heads query heads of one row over positions [0, n_ctx) of kv, GQA:
  * query head h uses kv head h / (n_heads / n_kv_heads). q is
  * [n_heads*head_dim], out the same. scores: scratch of n_ctx floats. */
