@@ -78,7 +78,7 @@ static uint64_t weight_bytes(loom_engine *e)
  * drafter, `spec` says whether the streams speculate; *decode_out gets the
  * decode rate, and a speculative line compares it with `plain_decode`. */
 static int bench_one(loom_engine *e, int32_t S, int32_t n_prompt, int32_t n_gen,
-                     uint64_t seed, uint64_t wbytes, int spec,
+                     uint64_t seed, uint64_t wbytes, int spec, int timing,
                      double plain_decode, double *decode_out)
 {
     loom_err err = {{0}};
@@ -87,6 +87,7 @@ static int bench_one(loom_engine *e, int32_t S, int32_t n_prompt, int32_t n_gen,
     lp.engine = e;
     lp.max_streams = S;
     lp.max_queued = S;
+    lp.time_device = timing;
     loom_lane *lane = NULL;
     if (loom_lane_new(&lp, &lane, &err) != LOOM_OK) {
         fprintf(stderr, "loom bench: %s\n", err.msg);
@@ -167,6 +168,15 @@ static int bench_one(loom_engine *e, int32_t S, int32_t n_prompt, int32_t n_gen,
            e->pin == LOOM_ENGINE_PIN_FAMILY_COPY
                ? "family copy"
                : loom_pin_name((loom_pin_kind)e->pin));
+    if (ls.device_rounds > 0) {
+        double n = (double)ls.device_rounds;
+        printf("{\"streams\": %d, \"device_rounds\": %llu, "
+               "\"device_forward_ms\": %.4f, \"device_draw_ms\": %.4f, "
+               "\"device_between_ms\": %.4f}\n",
+               S, (unsigned long long)ls.device_rounds,
+               ls.device_forward_s * 1e3 / n, ls.device_draw_s * 1e3 / n,
+               ls.device_between_s * 1e3 / n);
+    }
     *decode_out = decode;
     if (e->drafter) {
         /* the same line, told apart: plain, or speculative with its
@@ -200,6 +210,7 @@ int loom_cmd_bench(int argc, char **argv)
     loom_cli_model_opts_init(&o, LOOM_CLI_ALL | LOOM_CLI_DRAFTER);
     const char *streams_s = "1,8,32";
     int64_t n_prompt = 512, n_gen = 128, seed = 1;
+    int timing = 0;
     const loom_cli_opt opts[] = {
         {0, "streams", "LIST", LOOM_OPT_STR, &streams_s, 0, 0, NULL, NULL,
          "stream counts (default 1,8,32)"},
@@ -209,6 +220,8 @@ int loom_cmd_bench(int argc, char **argv)
          "tokens generated per stream (default 128)"},
         {0, "seed", "S", LOOM_OPT_INT, &seed, 0, 9e18, NULL, NULL,
          "prompt ids seed (default 1)"},
+        {0, "time-device", NULL, LOOM_OPT_FLAG, &timing, 0, 0, NULL, NULL,
+         "split decode rounds by device events (a measuring aid)"},
         {0},
     };
     const loom_cli_cmd cmd = {"bench", bench_usage, {opts, o.table}, 1, 1};
@@ -262,11 +275,12 @@ int loom_cmd_bench(int argc, char **argv)
         /* with a drafter: plain decoding first, then speculation */
         double plain = 0, spec = 0;
         rc = bench_one(e, streams[i], (int32_t)n_prompt, (int32_t)n_gen,
-                       (uint64_t)seed + (uint64_t)i, wbytes, 0, 0, &plain);
+                       (uint64_t)seed + (uint64_t)i, wbytes, 0, timing, 0,
+                       &plain);
         if (rc == 0 && e->drafter)
             rc = bench_one(e, streams[i], (int32_t)n_prompt, (int32_t)n_gen,
-                           (uint64_t)seed + (uint64_t)i, wbytes, 1, plain,
-                           &spec);
+                           (uint64_t)seed + (uint64_t)i, wbytes, 1, timing,
+                           plain, &spec);
     }
     loom_engine_close(e);
     free(streams);

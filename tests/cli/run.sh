@@ -59,6 +59,8 @@ check "-p without a tokenizer fails with a reason" '[ $rc -eq 1 ] && echo "$err"
 out=$("$loom" bench "$q" --streams 1,3 --prompt 16 --gen 4 --threads 1 2>/dev/null); rc=$?
 lines=$(echo "$out" | grep -c '"decode_tok_s"')
 check "bench prints a JSON line per stream count" '[ $rc -eq 0 ] && [ "$lines" -eq 2 ] && echo "$out" | grep -q "\"streams\": 3" && echo "$out" | grep -q "\"weight_bytes\": [1-9]"'
+out=$("$loom" bench "$q" --streams 1 --prompt 8 --gen 4 --threads 1 --device cpu --time-device 2>/dev/null); rc=$?
+check "bench --time-device on the CPU: the usual line, no device split" '[ $rc -eq 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && ! echo "$out" | grep -q device_forward_ms'
 
 "$loom" run "$q" --ids 1,2 -n -1 >/dev/null 2>&1; rc=$?
 check "-n -1 is refused" '[ $rc -eq 2 ]'

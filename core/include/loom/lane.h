@@ -124,6 +124,10 @@ typedef struct loom_lane_params {
     /* Nonzero: on a device engine too, logits come back to the host and the
      * host sampler draws (tests hold the device path to it). */
     int32_t host_sampling;
+    /* Nonzero on a device engine: each decode round is timed on the device
+     * by events (loom_lane_stats' device_*_s); a measuring aid, since the
+     * events cost the host a few microseconds a round. */
+    int32_t time_device;
 } loom_lane_params;
 
 loom_status loom_lane_new(const loom_lane_params *params, loom_lane **out,
@@ -202,6 +206,14 @@ typedef struct loom_lane_stats {
     double prefill_tok_s;      /* over the last second or so of rounds; 0 */
     double decode_tok_s;       /* once the lane has been idle for 2 s */
     double ttft_last_s, ttft_avg_s; /* over finished first tokens */
+    /* time_device, over the rounds without prompt rows: by device events
+     * recorded at a round's start, when its forward is issued and when its
+     * draw has come back, the device's time through the forward, through
+     * the draw (the copy back and the host waking included), and from the
+     * round before's end to this one's start (the host between rounds,
+     * where the device waits). 0 otherwise. */
+    double device_forward_s, device_draw_s, device_between_s;
+    uint64_t device_rounds;
     /* Speculation: verify windows, drafts verified in them and accepted;
      * spec_hist[k] counts windows that kept k tokens (accepted drafts plus
      * the bonus token, 1..LOOM_MAX_WINDOW). Mean acceptance length is

@@ -26,9 +26,15 @@ struct lane_device {
     loom_cuda_penalty *pen;     /* pen_cap */
     draw_job *jobs;             /* a round's plain draws, max_rows */
     uint8_t *drawn;             /* logit_rows: drawn here this round */
+    /* time_device: a round's start, forward issued, draw back; the end of
+     * the round before (swapped with end each round) */
+    loom_cu_event ev[4];
+    int timing, have_prev;
 };
 
-loom_status loom__dev_init(loom_lane *lane, loom_err *err)
+enum { EV_START, EV_FORWARD, EV_END, EV_PREV };
+
+loom_status loom__dev_init(loom_lane *lane, int time_device, loom_err *err)
 {
     const loom_engine *e = lane->eng;
     if (!e->cuda || e->info.device != LOOM_DEVICE_CUDA)
@@ -70,7 +76,59 @@ loom_status loom__dev_init(loom_lane *lane, loom_err *err)
     /* the list limit covers bias entries too: both are per call */
     st = loom_cuda_sampler_new(cu, lane->vocab, d->max_rows, d->pen_cap,
                                &d->samp, err);
+    for (int i = 0; st == LOOM_OK && time_device && i < 4; i++) {
+        loom_cu_result r = cu->eventCreate(&d->ev[i], 0);
+        if (r != 0)
+            st = loom_cuda_check(cu, r, "lane: cuEventCreate (time_device)",
+                                 err);
+    }
+    d->timing = st == LOOM_OK && time_device;
     return st;
+}
+
+static void mark(lane_device *d, int which)
+{
+    d->cu->eventRecord(d->ev[which], d->cu->stream);
+}
+
+void loom__dev_mark_start(loom_lane *lane)
+{
+    if (lane->dev && lane->dev->timing)
+        mark(lane->dev, EV_START);
+}
+
+void loom__dev_mark_forward(loom_lane *lane)
+{
+    if (lane->dev && lane->dev->timing)
+        mark(lane->dev, EV_FORWARD);
+}
+
+static double between(lane_device *d, int a, int b)
+{
+    float ms = 0;
+    return d->cu->eventElapsedTime(&ms, d->ev[a], d->ev[b]) == 0 ? ms * 1e-3
+                                                                 : 0;
+}
+
+void loom__dev_mark_end(loom_lane *lane, int decode)
+{
+    lane_device *d = lane->dev;
+    if (!d || !d->timing)
+        return;
+    /* the stream is idle once the draw is back: the end is this moment */
+    mark(d, EV_END);
+    if (d->cu->eventSynchronize(d->ev[EV_END]) != 0)
+        return;
+    if (decode) {
+        double f = between(d, EV_START, EV_FORWARD);
+        double w = between(d, EV_FORWARD, EV_END);
+        double h = d->have_prev ? between(d, EV_PREV, EV_START) : 0;
+        loom__stats_device(lane, f, w, h);
+    }
+    loom_cu_event t = d->ev[EV_PREV];
+    d->ev[EV_PREV] = d->ev[EV_END];
+    d->ev[EV_END] = t;
+    d->have_prev = 1;
 }
 
 void loom__dev_free(loom_lane *lane)
@@ -83,6 +141,9 @@ void loom__dev_free(loom_lane *lane)
     /* the round's kernels may still read the buffer */
     cu->streamSynchronize(cu->stream);
     loom_cuda_sampler_free(d->samp);
+    for (int i = 0; i < 4; i++)
+        if (d->ev[i])
+            cu->eventDestroy(d->ev[i]);
     if (d->logits_bytes)
         cu->free(cu, LOOM_MEM_SCRATCH, d->logits, d->logits_bytes);
     free(d->reqs);

@@ -128,7 +128,7 @@ loom_status loom_lane_new(const loom_lane_params *p, loom_lane **out,
     if (rc == LOOM_OK)
         rc = loom__out_init(lane, p, err);
     if (rc == LOOM_OK && !p->host_sampling)
-        rc = loom__dev_init(lane, err);
+        rc = loom__dev_init(lane, p->time_device, err);
     if (rc != LOOM_OK) {
         loom_lane_free(lane);
         return rc;

@@ -241,6 +241,10 @@ void loom__stats_init(lane_stats_state *st);
 /* The stream's first token came at `now` (takes mu). */
 void loom__stats_first_token(loom_lane *lane, const stream *s, uint64_t now);
 /* A round's counts and timing (takes mu). */
+/* One decode round's device times (time_device): forward, draw, and the
+ * host's time before it. */
+void loom__stats_device(loom_lane *lane, double forward_s, double draw_s,
+                        double between_s);
 void loom__stats_round(loom_lane *lane, int32_t n_prompt_rows,
                        int32_t n_generated, uint64_t t0, uint64_t t1);
 /* A verify window of n_drafted drafts kept n_accepted of them (takes mu). */
@@ -324,7 +328,7 @@ int32_t loom__sampler_pen_list(loom_sampler *s, loom_cuda_penalty *out,
 /* ---- device.c */
 /* The device path when the engine's model runs on CUDA (lane->dev stays
  * NULL otherwise): logits view, device sampler, penalty staging. */
-loom_status loom__dev_init(loom_lane *lane, loom_err *err);
+loom_status loom__dev_init(loom_lane *lane, int time_device, loom_err *err);
 void loom__dev_free(loom_lane *lane);
 /* The device logits view of `rows` rows for forward. */
 loom_view loom__dev_logits_view(const loom_lane *lane, int32_t rows);
@@ -340,6 +344,12 @@ loom_status loom__dev_draw(loom_lane *lane, draw_job *jobs, int32_t nj,
  * of windows and prompt logprobs come back to lane->logits at their rows
  * for the host code. One synchronisation. */
 loom_status loom__dev_round(loom_lane *lane, int32_t nr, loom_err *err);
+/* time_device's marks: a round's start, its forward issued, its draw back
+ * (`decode`: a round without prompt rows, the ones counted). No-ops on a
+ * lane that does not time. */
+void loom__dev_mark_start(loom_lane *lane);
+void loom__dev_mark_forward(loom_lane *lane);
+void loom__dev_mark_end(loom_lane *lane, int decode);
 /* Whether logits row k was drawn by loom__dev_round this round. */
 int loom__dev_drawn(const loom_lane *lane, int32_t k);
 

@@ -284,16 +284,20 @@ loom_status loom__lane_round(loom_lane *lane, int32_t *n_rows_out,
         outp.taps =
             loom_view_host_f32(lane->spec.taps, n_tap, lane->spec.tap_width);
     uint64_t t0 = loom_now_ns();
+    loom__dev_mark_start(lane);
     loom_status rc =
         loom_family_forward(lane->fam, lane->model, &round, &outp, err);
     uint64_t t1 = loom_now_ns();
     if (rc != LOOM_OK) {
         loom_err_prefix(err, "forward of %d rows", nr);
     } else if (lane->dev) {
+        loom__dev_mark_forward(lane);
         rc = loom__dev_round(lane, nr, err);
         if (rc != LOOM_OK)
             loom_err_prefix(err, "drawing %d logits rows on the device",
                             n_logit_rows);
+        else
+            loom__dev_mark_end(lane, n_prompt_rows == 0);
         t1 = loom_now_ns();
     }
     if (rc != LOOM_OK) {

@@ -51,6 +51,18 @@ void loom__stats_round(loom_lane *lane, int32_t n_prompt_rows,
     loom_mutex_unlock(lane->mu);
 }
 
+void loom__stats_device(loom_lane *lane, double forward_s, double draw_s,
+                        double between_s)
+{
+    loom_lane_stats *st = &lane->stats.st;
+    loom_mutex_lock(lane->mu);
+    st->device_forward_s += forward_s;
+    st->device_draw_s += draw_s;
+    st->device_between_s += between_s;
+    st->device_rounds++;
+    loom_mutex_unlock(lane->mu);
+}
+
 void loom__stats_window(loom_lane *lane, int32_t n_drafted, int32_t n_accepted)
 {
     loom_lane_stats *st = &lane->stats.st;
