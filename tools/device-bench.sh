@@ -8,11 +8,14 @@
 #          prefill of 128 / 2,048 at 16; Nemotron-H 13 layers; the KJV model
 #   tests  every tests/gpu suite staged (their summaries into all.txt)
 #   gpu    one stream of 2B and 9B BF16 with tools/cublas_graph_bench.py
-#          beside each, and a 16-row window of 9B on the tensor-core engine
+#          beside each (and again split by --time-device), a 16-row prompt
+#          on the one-stream engine (PREV alternated), and a 16-row window
+#          on the tensor-core engine, and 9B affine-4 at one stream
 #   ncu    per-kernel times of a 16-row prompt and one-row steps on 9B
 #          (tools/ncu_forwards.py)
 # Without PARTS: cpu tests gpu. Set PREV to a second staged loom to run the
-# CPU prefill of each size with both, alternated.
+# CPU prefill of each size and the GPU's 16-row prompts with both,
+# alternated.
 set -u
 stage=${1:?usage: device-bench.sh STAGE [cpu|tests|gpu|ncu]...}
 shift
@@ -80,10 +83,20 @@ for part in "${parts[@]}"; do
     for geo in 2b 9b; do
       python3 tools/make_qwen35_bench.py /tmp/b --geometry $geo >/dev/null
       gb "$geo" /tmp/b --streams 1,1 --prompt 8 --gen 128
+      gb "${geo}_timed" /tmp/b --streams 1,1 --prompt 8 --gen 128 --time-device
       python3 tools/cublas_graph_bench.py --geometry $geo 2>&1 | tail -2 >>"$A"
-      [ $geo = 9b ] && gb 9b_window /tmp/b --streams 1,1,8 --prompt 16 --gen 4
+      # a 16-row prompt on the one-stream engine (its time to first token)
+      for _ in 1 2; do
+        gb "${geo}_p16" /tmp/b --streams 1,1,1 --prompt 16 --gen 2
+        [ -n "${PREV:-}" ] && L=$PREV gb "${geo}_p16_prev" /tmp/b --streams 1,1,1 --prompt 16 --gen 2
+      done
+      gb "${geo}_window" /tmp/b --streams 1,1,8 --prompt 16 --gen 4
       rm -rf /tmp/b
     done
+    # 9B affine-4, one stream (its ratio to the BF16 figure above)
+    timeout 200 python3 tools/make_qwen35_bench.py /tmp/b --geometry 9b --affine4 >/dev/null &&
+      gb 9b_q4 /tmp/b --streams 1,1 --prompt 8 --gen 128
+    rm -rf /tmp/b
     ;;
   ncu)
     python3 tools/make_qwen35_bench.py /tmp/b --geometry 9b >/dev/null

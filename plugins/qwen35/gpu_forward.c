@@ -268,9 +268,11 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
     if (w->bits && R->g->q4m && w->q4m_mapped && !sel && ldx % 4 == 0 &&
         (!w2 || w2->q4m_mapped))
         return q35_lin_q4m(R, w, w2, x, ldx, y, ldy, T, mode, nw);
-    /* the other kernels read a normed copy, and so do affine-4 rows of
-     * more than one token (the same bits as a kernel's own norm: q35_ss4) */
-    if (nw && (w->bits ? T > 1 : !(dt < 2 && cols % 8 == 0 && ldx % 4 == 0))) {
+    /* the other kernels read a normed copy, and so do rows of more than one
+     * token (the same bits as a kernel's own norm: q35_ss4), so that the
+     * multi-row kernels spend no multiplies on the norm */
+    int stream_ok = dt < 2 && cols % 8 == 0 && ldx % 4 == 0;
+    if (nw && (w->bits ? T > 1 : stream_ok ? T > 1 && !sel : 1)) {
         loom_cu_ptr none = 0, xn = R->g->s.xn;
         int H = cols;
         void *na[] = {&x, &none, &xn, &nw, &H, &eps, &none};
@@ -279,6 +281,7 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
         if (st != LOOM_OK)
             return st;
         x = xn;
+        ldx = H;
         nw = 0;
     }
     if (w->bits) {
@@ -333,7 +336,7 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
             R->g, R->g->fn.q4[many][glu], (unsigned)((warps + 7) / 8),
             (unsigned)((T + nt - 1) / nt), 256, 0, args, "q35_q4", R->err);
     }
-    if (dt < 2 && cols % 8 == 0 && ldx % 4 == 0) {
+    if (stream_ok) {
         int wpr = q35_wpr(rows, cols);
         /* one token per block for experts (each row its own) and steps */
         int many = T > 1 && !sel, glu = mode == 2;

@@ -503,31 +503,33 @@ START_TEST(many_streams_state_in_shared_memory)
 }
 END_TEST
 
-/* One stream (the streaming kernels): a prompt fed as one round
- * (q35_gemv8) bit for bit the same rows fed one at a time (q35_gemvs;
- * the recurrence with the GDN conv in both), and within TOL of
- * the CPU engine ec's. The fixtures' products are all of wpr 1; these are
- * of 1, 2 and 4. */
-#define OS_N 6
-static void one_stream_rows(loom_engine *e, loom_engine *ec, const char *name)
+/* One stream (the streaming kernels): a prompt of n rows fed as one round
+ * (q35_gemv8 up to 8 rows, q35_gemv16 tiles past that, rows normed first)
+ * bit for bit the same rows fed one at a time (q35_gemvs; the recurrence
+ * with the GDN conv in both), and within TOL of the CPU engine ec's. The
+ * fixtures' products are all of wpr 1; these are of 1, 2 and 4. */
+#define OS_MAX 20
+static void one_stream_rows(loom_engine *e, loom_engine *ec, const char *name,
+                            int32_t n)
 {
-    int32_t V = e->info.vocab, ids[OS_N];
-    for (int32_t i = 0; i < OS_N; i++)
+    ck_assert_int_le(n, OS_MAX);
+    int32_t V = e->info.vocab, ids[OS_MAX];
+    for (int32_t i = 0; i < n; i++)
         ids[i] = (i * 53 + 7) % V;
-    size_t cnt = (size_t)OS_N * V;
+    size_t cnt = (size_t)n * V;
     float *lr = malloc(cnt * sizeof(float));
     float *ls = malloc(cnt * sizeof(float));
     float *lc = malloc(cnt * sizeof(float));
     loom_cache *a = tm_new_cache(e), *b = tm_new_cache(e),
                *c = tm_new_cache(ec);
-    feed(e, a, 0, ids, OS_N, OS_N, LOOM_ROW_LOGITS, lr);
-    feed(e, b, 0, ids, OS_N, 1, LOOM_ROW_LOGITS, ls);
-    feed(ec, c, 0, ids, OS_N, OS_N, LOOM_ROW_LOGITS, lc);
+    feed(e, a, 0, ids, n, n, LOOM_ROW_LOGITS, lr);
+    feed(e, b, 0, ids, n, 1, LOOM_ROW_LOGITS, ls);
+    feed(ec, c, 0, ids, n, n, LOOM_ROW_LOGITS, lc);
     double vs_cpu = rel_err(ls, lc, cnt);
-    printf("%s, one stream: steps vs the CPU %.3g\n", name, vs_cpu);
+    printf("%s, one stream, %d rows: steps vs the CPU %.3g\n", name, n, vs_cpu);
     ck_assert_msg(memcmp(lr, ls, cnt * sizeof(float)) == 0,
-                  "%s: one round of rows vs one-row steps differ by %g", name,
-                  rel_err(lr, ls, cnt));
+                  "%s: one round of %d rows vs one-row steps differ by %g",
+                  name, n, rel_err(lr, ls, cnt));
     ck_assert_msg(vs_cpu < TOL, "%s: one-row steps vs the CPU: %g", name,
                   vs_cpu);
     tm_cache_free(e, a);
@@ -564,7 +566,8 @@ START_TEST(products_of_real_sizes)
     loom_engine_close(e);
     /* ... and one stream's streaming kernels at these sizes */
     e = gpu_open(dir, LOOM_DEVICE_CUDA, 1, "qwen35");
-    one_stream_rows(e, ec, "2b products, 4 layers");
+    one_stream_rows(e, ec, "2b products, 4 layers", 6);
+    one_stream_rows(e, ec, "2b products, 4 layers", OS_MAX);
     loom_engine_close(e);
     loom_engine_close(ec);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -587,7 +590,8 @@ START_TEST(one_stream_9b_products)
     ck_assert_msg(system(cmd) == 0, "could not write the checkpoint: %s", cmd);
     loom_engine *e = gpu_open(dir, LOOM_DEVICE_CUDA, 1, "qwen35");
     loom_engine *ec = gpu_open(dir, LOOM_DEVICE_CPU, 1, "qwen35");
-    one_stream_rows(e, ec, "9b products, 4 layers");
+    one_stream_rows(e, ec, "9b products, 4 layers", 6);
+    one_stream_rows(e, ec, "9b products, 4 layers", OS_MAX);
     loom_engine_close(e);
     loom_engine_close(ec);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
