@@ -268,11 +268,12 @@ static loom_status q35_lin_rows(const q35_run *R, const q35_gpu_lin *w,
     if (w->bits && R->g->q4m && w->q4m_mapped && !sel && ldx % 4 == 0 &&
         (!w2 || w2->q4m_mapped))
         return q35_lin_q4m(R, w, w2, x, ldx, y, ldy, T, mode, nw);
-    /* the other kernels read a normed copy, and so do rows of more than one
-     * token (the same bits as a kernel's own norm: q35_ss4), so that the
-     * multi-row kernels spend no multiplies on the norm */
+    /* only one-row (and per-expert) products norm their own input; the
+     * rest read a normed copy (the same bits: q35_ss4), so that multi-row
+     * kernels spend no multiplies on the norm */
     int stream_ok = dt < 2 && cols % 8 == 0 && ldx % 4 == 0;
-    if (nw && (w->bits ? T > 1 : stream_ok ? T > 1 && !sel : 1)) {
+    int own_norm = w->bits ? T == 1 : stream_ok && (T == 1 || sel);
+    if (nw && !own_norm) {
         loom_cu_ptr none = 0, xn = R->g->s.xn;
         int H = cols;
         void *na[] = {&x, &none, &xn, &nw, &H, &eps, &none};

@@ -504,7 +504,7 @@ START_TEST(many_streams_state_in_shared_memory)
 END_TEST
 
 /* One stream (the streaming kernels): a prompt of n rows fed as one round
- * (q35_gemv8 up to 8 rows, q35_gemv16 tiles past that, rows normed first)
+ * (q35_gemv8, tiles of 8 rows, the rows normed first by q35_rmsnorm)
  * bit for bit the same rows fed one at a time (q35_gemvs; the recurrence
  * with the GDN conv in both), and within TOL of the CPU engine ec's. The
  * fixtures' products are all of wpr 1; these are of 1, 2 and 4. */
