@@ -1838,7 +1838,7 @@ static FILE *tls_client(int port, const char *out)
 /* issue 18: under TLS the gate cannot read heads. A client that never
  * begins its handshake, or trickles its head or body after it, is shut at
  * the read deadline all the same, and such clients cannot take every
- * connection slot: /health answers within a second while 1,100 of them are
+ * connection slot: /health answers within 2 s while 1,100 of them are
  * connected (libmicrohttpd has 1,024 slots). */
 START_TEST(test_tls_slow_clients_are_shed)
 {
@@ -1906,7 +1906,11 @@ START_TEST(test_tls_slow_clients_are_shed)
     ck_assert_msg(strncmp(got, "HTTP/1.1 ", 9) == 0 &&
                       strstr(got, "\"status\""),
                   "/health over TLS with %d slow clients: %.200s", n, got);
-    ck_assert_msg(dt < 1.0, "/health took %.2f s with %d slow TLS clients", dt,
+    /* dt counts the openssl client's start and its RSA handshake too: 1.04 s
+     * under ASan on CI's 2 cores. A server that answered only after the
+     * slow clients' 4 s deadline would take 4 s or more, so half of it
+     * still tells the two apart. */
+    ck_assert_msg(dt < 2.0, "/health took %.2f s with %d slow TLS clients", dt,
                   n);
     /* all of them are shut by the deadline (4 s) and a sweep */
     int open_left = n + 2;
