@@ -11,13 +11,15 @@
 #          beside each (and again split by --time-device), a 16-row prompt
 #          on the one-stream engine (PREV alternated), and a 16-row window
 #          on the tensor-core engine, and 9B affine-4 at one stream
-#   ncu    per-kernel times of a 16-row prompt and one-row steps on 9B
-#          (tools/ncu_forwards.py)
+#   quick  one stream of 2B and 9B (PREV alternated, --time-device) and 8
+#          streams: two builds compared in a short call
+#   ncu    per-kernel times and DRAM bytes of a 16-row prompt and one-row
+#          steps on 9B (tools/ncu_forwards.py; NCU_GEOS, NCU_ARGS: others)
 # Without PARTS: cpu tests gpu. Set PREV to a second staged loom to run the
-# CPU prefill of each size and the GPU's 16-row prompts with both,
-# alternated.
+# CPU prefill of each size, the GPU's one-stream decode and its 16-row
+# prompts with both, alternated.
 set -u
-stage=${1:?usage: device-bench.sh STAGE [cpu|tests|gpu|ncu]...}
+stage=${1:?usage: device-bench.sh STAGE [cpu|tests|gpu|quick|ncu]...}
 shift
 parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(cpu tests gpu)
@@ -83,6 +85,7 @@ for part in "${parts[@]}"; do
     for geo in 2b 9b; do
       python3 tools/make_qwen35_bench.py /tmp/b --geometry $geo >/dev/null
       gb "$geo" /tmp/b --streams 1,1 --prompt 8 --gen 128
+      [ -n "${PREV:-}" ] && L=$PREV gb "${geo}_prev" /tmp/b --streams 1,1 --prompt 8 --gen 128
       gb "${geo}_timed" /tmp/b --streams 1,1 --prompt 8 --gen 128 --time-device
       python3 tools/cublas_graph_bench.py --geometry $geo 2>&1 | tail -2 >>"$A"
       # a 16-row prompt on the one-stream engine (its time to first token)
@@ -98,13 +101,36 @@ for part in "${parts[@]}"; do
       gb 9b_q4 /tmp/b --streams 1,1 --prompt 8 --gen 128
     rm -rf /tmp/b
     ;;
+  quick)
+    # one stream of 2B and 9B BF16 only, with PREV alternated, and split by
+    # --time-device: a short call's comparison of two builds
+    for geo in 2b 9b; do
+      python3 tools/make_qwen35_bench.py /tmp/b --geometry $geo >/dev/null
+      for _ in 1 2; do
+        gb "$geo" /tmp/b --streams 1,1 --prompt 8 --gen 128
+        [ -n "${PREV:-}" ] && L=$PREV gb "${geo}_prev" /tmp/b --streams 1,1 --prompt 8 --gen 128
+      done
+      gb "${geo}_timed" /tmp/b --streams 1,1 --prompt 8 --gen 128 --time-device
+      [ -n "${PREV:-}" ] && L=$PREV gb "${geo}_timed_prev" /tmp/b --streams 1,1 --prompt 8 --gen 128 --time-device
+      gb "${geo}_8" /tmp/b --streams 8 --prompt 8 --gen 64
+      [ -n "${PREV:-}" ] && L=$PREV gb "${geo}_8_prev" /tmp/b --streams 8 --prompt 8 --gen 64
+      rm -rf /tmp/b
+    done
+    ;;
   ncu)
-    python3 tools/make_qwen35_bench.py /tmp/b --geometry 9b >/dev/null
-    timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum \
-      --csv --print-units base "$L" bench /tmp/b --device cuda \
-      --streams 1,1,1 --prompt 16 --gen 2 >/tmp/ncu.csv 2>>"$A"
-    python3 tools/ncu_forwards.py /tmp/ncu.csv >>"$A" 2>&1
-    rm -rf /tmp/b
+    # NCU_GEOS (default 9b) and NCU_ARGS (default a 16-row prompt, then
+    # one-row steps) pick what is profiled
+    for geo in ${NCU_GEOS:-9b}; do
+      python3 tools/make_qwen35_bench.py /tmp/b --geometry "$geo" >/dev/null
+      log "ncu $geo ${NCU_ARGS:---streams 1,1,1 --prompt 16 --gen 2}"
+      # shellcheck disable=SC2086
+      timeout 200 ncu --clock-control none \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+        --csv --print-units base "$L" bench /tmp/b --device cuda \
+        ${NCU_ARGS:---streams 1,1,1 --prompt 16 --gen 2} >/tmp/ncu.csv 2>>"$A"
+      python3 tools/ncu_forwards.py /tmp/ncu.csv >>"$A" 2>&1
+      rm -rf /tmp/b
+    done
     ;;
   *) echo "unknown part $part" >>"$A" ;;
   esac
