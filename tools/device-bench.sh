@@ -102,9 +102,10 @@ for part in "${parts[@]}"; do
     rm -rf /tmp/b
     ;;
   quick)
-    # one stream of 2B and 9B BF16 only, with PREV alternated, and split by
-    # --time-device: a short call's comparison of two builds
-    for geo in 2b 9b; do
+    # one stream of 2B and 9B BF16 only (QUICK_GEOS: fewer), with PREV
+    # alternated, and split by --time-device: a short call's comparison of
+    # two builds
+    for geo in ${QUICK_GEOS:-2b 9b}; do
       python3 tools/make_qwen35_bench.py /tmp/b --geometry $geo >/dev/null
       for _ in 1 2; do
         gb "$geo" /tmp/b --streams 1,1 --prompt 8 --gen 128
