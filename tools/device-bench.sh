@@ -39,6 +39,13 @@ gb() {
   echo "{\"tag\": \"$tag\"}" >>"$OUT/gpu.jsonl"
   "$L" bench "$@" --device cuda 2>>"$A" | grep '"streams"' >>"$OUT/gpu.jsonl"
 }
+# gb with this build, then (PREV set) the same run with PREV's, tagged _prev
+gb2() {
+  local tag=$1
+  shift
+  gb "$tag" "$@"
+  if [ -n "${PREV:-}" ]; then L=$PREV gb "${tag}_prev" "$@"; fi
+}
 { nvidia-smi -L; lscpu | grep -E "Model name|Core|Socket|NUMA node\(s\)"; } >>"$A" 2>&1
 for part in "${parts[@]}"; do
   log "$part"
@@ -84,14 +91,12 @@ for part in "${parts[@]}"; do
   gpu)
     for geo in 2b 9b; do
       python3 tools/make_qwen35_bench.py /tmp/b --geometry $geo >/dev/null
-      gb "$geo" /tmp/b --streams 1,1 --prompt 8 --gen 128
-      [ -n "${PREV:-}" ] && L=$PREV gb "${geo}_prev" /tmp/b --streams 1,1 --prompt 8 --gen 128
+      gb2 "$geo" /tmp/b --streams 1,1 --prompt 8 --gen 128
       gb "${geo}_timed" /tmp/b --streams 1,1 --prompt 8 --gen 128 --time-device
       python3 tools/cublas_graph_bench.py --geometry $geo 2>&1 | tail -2 >>"$A"
       # a 16-row prompt on the one-stream engine (its time to first token)
       for _ in 1 2; do
-        gb "${geo}_p16" /tmp/b --streams 1,1,1 --prompt 16 --gen 2
-        [ -n "${PREV:-}" ] && L=$PREV gb "${geo}_p16_prev" /tmp/b --streams 1,1,1 --prompt 16 --gen 2
+        gb2 "${geo}_p16" /tmp/b --streams 1,1,1 --prompt 16 --gen 2
       done
       gb "${geo}_window" /tmp/b --streams 1,1,8 --prompt 16 --gen 4
       rm -rf /tmp/b
@@ -108,13 +113,10 @@ for part in "${parts[@]}"; do
     for geo in ${QUICK_GEOS:-2b 9b}; do
       python3 tools/make_qwen35_bench.py /tmp/b --geometry $geo >/dev/null
       for _ in 1 2; do
-        gb "$geo" /tmp/b --streams 1,1 --prompt 8 --gen 128
-        [ -n "${PREV:-}" ] && L=$PREV gb "${geo}_prev" /tmp/b --streams 1,1 --prompt 8 --gen 128
+        gb2 "$geo" /tmp/b --streams 1,1 --prompt 8 --gen 128
       done
-      gb "${geo}_timed" /tmp/b --streams 1,1 --prompt 8 --gen 128 --time-device
-      [ -n "${PREV:-}" ] && L=$PREV gb "${geo}_timed_prev" /tmp/b --streams 1,1 --prompt 8 --gen 128 --time-device
-      gb "${geo}_8" /tmp/b --streams 8 --prompt 8 --gen 64
-      [ -n "${PREV:-}" ] && L=$PREV gb "${geo}_8_prev" /tmp/b --streams 8 --prompt 8 --gen 64
+      gb2 "${geo}_timed" /tmp/b --streams 1,1 --prompt 8 --gen 128 --time-device
+      gb2 "${geo}_8" /tmp/b --streams 8 --prompt 8 --gen 64
       rm -rf /tmp/b
     done
     ;;
@@ -123,12 +125,13 @@ for part in "${parts[@]}"; do
     # one-row steps) pick what is profiled
     for geo in ${NCU_GEOS:-9b}; do
       python3 tools/make_qwen35_bench.py /tmp/b --geometry "$geo" >/dev/null
-      log "ncu $geo ${NCU_ARGS:---streams 1,1,1 --prompt 16 --gen 2}"
+      nargs=${NCU_ARGS:---streams 1,1,1 --prompt 16 --gen 2}
+      log "ncu $geo $nargs"
       # shellcheck disable=SC2086
       timeout 200 ncu --clock-control none \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum \
         --csv --print-units base "$L" bench /tmp/b --device cuda \
-        ${NCU_ARGS:---streams 1,1,1 --prompt 16 --gen 2} >/tmp/ncu.csv 2>>"$A"
+        $nargs >/tmp/ncu.csv 2>>"$A"
       python3 tools/ncu_forwards.py /tmp/ncu.csv >>"$A" 2>&1
       rm -rf /tmp/b
     done
